@@ -1,0 +1,51 @@
+"""The ``specgauge`` command: a small table of subcommands, each a module with ``main(argv)``."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from stattests.errors import SpecgaugeError
+
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "plan": ("reports.plan", "sweep the simulator and recommend a speculation setting"),
+    "simulate": ("reports.simulate", "simulate one serving configuration"),
+    "law": ("reports.law", "tokens-per-pass and speed-up curves against acceptance"),
+    "certify": ("reports.certify", "certify a decoder and write the certificate CSV"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: specgauge <command> [options]", "", "commands:"]
+    lines += [f"  {name:<10} {text}" for name, (_, text) in SUBCOMMANDS.items()]
+    lines += ["", "With no command, `specgauge` runs `specgauge plan` on its default scenario."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0
+    if argv and argv[0] == "--version":
+        from importlib.metadata import version
+
+        print(f"specgauge {version('specgauge')}")
+        return 0
+    command = argv.pop(0) if argv and not argv[0].startswith("-") else "plan"
+    if command not in SUBCOMMANDS:
+        print(f"specgauge: unknown command {command!r}; choose from {', '.join(SUBCOMMANDS)}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(SUBCOMMANDS[command][0])
+    try:
+        return int(module.main(argv) or 0)
+    except SpecgaugeError as exc:
+        print(f"specgauge {command}: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"specgauge {command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

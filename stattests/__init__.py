@@ -1,0 +1,16 @@
+"""specgauge's correctness gate: the decoder contract, the statistics and the certification suite."""
+
+from .contract import BUILTIN_DECODERS, Decoder, check_emitted, load_decoder
+from .errors import DecoderLoadError, InvalidDistributionError, SpecgaugeError
+from .reference import NumpyDecoder
+
+__all__ = [
+    "BUILTIN_DECODERS",
+    "Decoder",
+    "DecoderLoadError",
+    "InvalidDistributionError",
+    "NumpyDecoder",
+    "SpecgaugeError",
+    "check_emitted",
+    "load_decoder",
+]

@@ -1,0 +1,158 @@
+"""The decoder contract and the loader for ``--decoder``.
+
+One round of verification for a batch of B sequences, vocabulary V, γ drafted tokens::
+
+    verify(target_probs, draft_probs, draft_tokens, rng) -> emitted
+      target_probs  float64 [B, γ+1, V]   row γ is the bonus position
+      draft_probs   float64 [B, γ, V]     what each draft token was drawn from
+      draft_tokens  int64   [B, γ]        draft_tokens[b, k] ~ draft_probs[b, k]
+      rng           numpy.random.Generator
+      emitted       int64   [B, γ+1]      accepted prefix, then correction or bonus; then -1
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Callable, Protocol, runtime_checkable
+
+import numpy as np
+
+from .errors import DecoderLoadError
+
+PAD = -1
+
+
+@runtime_checkable
+class Decoder(Protocol):
+    """Anything with a ``verify`` method of the contract's signature."""
+
+    def verify(
+        self,
+        target_probs: np.ndarray,
+        draft_probs: np.ndarray,
+        draft_tokens: np.ndarray,
+        rng: np.random.Generator,
+    ) -> np.ndarray: ...
+
+
+#: Built-in short names and where they live; optional backends import lazily.
+BUILTIN_DECODERS: dict[str, str] = {
+    "numpy": "stattests.reference:NumpyDecoder",
+    "torch": "stattests.decoders.torch_decoder:TorchDecoder",
+    "hf": "stattests.decoders.hf:HFDecoder",
+    "vllm": "stattests.decoders.vllm:VLLMDecoder",
+    "vllm-onehot": "stattests.decoders.vllm:VLLMOneHotDecoder",
+    "sglang": "stattests.decoders.sglang:SGLangDecoder",
+    "sglang-block": "stattests.decoders.sglang:SGLangBlockDecoder",
+    "onehot-q": "stattests.decoders.rules:OneHotDraftDecoder",
+    "match": "stattests.decoders.rules:SampleAndMatchDecoder",
+    "typical": "stattests.decoders.rules:TypicalAcceptanceDecoder",
+}
+
+DECODER_ENV = "SPECGAUGE_DECODER"
+DEFAULT_DECODER = "numpy"
+
+
+def resolve_spec(spec: str | None) -> str:
+    """Turn a short name or ``MODULE:NAME`` (or None: the environment, then numpy) into ``MODULE:NAME``."""
+    spec = (spec or os.environ.get(DECODER_ENV) or DEFAULT_DECODER).strip()
+    if spec in BUILTIN_DECODERS:
+        return BUILTIN_DECODERS[spec]
+    if ":" not in spec:
+        known = ", ".join(BUILTIN_DECODERS)
+        raise DecoderLoadError(
+            f"unknown decoder {spec!r}: use one of the built-ins ({known}) or MODULE:NAME"
+        )
+    return spec
+
+
+def load_decoder(spec: str | None = None) -> Decoder:
+    """Load and instantiate the decoder named by ``spec`` (see :func:`resolve_spec`).
+
+    NAME may be a class or any callable with no required argument returning an object
+    with ``verify``; an object that already has ``verify`` is used as it is.
+    """
+    target = resolve_spec(spec)
+    module_name, _, attr_path = target.partition(":")
+    if not module_name or not attr_path:
+        raise DecoderLoadError(f"decoder {target!r} is not of the form MODULE:NAME")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise DecoderLoadError(f"cannot import module {module_name!r} for decoder {target!r}: {exc}") from exc
+    obj: object = module
+    for part in attr_path.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise DecoderLoadError(f"module {module_name!r} has no attribute {attr_path!r}") from None
+    if not hasattr(obj, "verify"):
+        if not callable(obj):
+            raise DecoderLoadError(f"{target!r} is neither callable nor has a verify method")
+        factory: Callable[[], object] = obj  # type: ignore[assignment]
+        try:
+            obj = factory()
+        except ImportError as exc:
+            raise DecoderLoadError(f"decoder {target!r} needs a package that is missing: {exc}") from exc
+        except TypeError as exc:
+            raise DecoderLoadError(f"cannot call {target!r} with no arguments: {exc}") from exc
+    if not callable(getattr(obj, "verify", None)):
+        raise DecoderLoadError(f"{target!r} gave {type(obj).__name__!r}, which has no verify method")
+    return obj  # type: ignore[return-value]
+
+
+def decoder_name(spec: str | None) -> str:
+    """The name a certificate shows: the short name when there is one, else MODULE:NAME."""
+    spec = (spec or os.environ.get(DECODER_ENV) or DEFAULT_DECODER).strip()
+    return spec
+
+
+class ContractViolation(AssertionError):
+    """The decoder's output breaks the contract; the message names the defect."""
+
+
+def check_emitted(emitted: object, draft_tokens: np.ndarray, vocab_size: int) -> np.ndarray:
+    """Validate one ``verify`` result and return it as int64 [B, γ+1].
+
+    Checks shape, integer dtype, range, the -1 padding (nothing after it), at least one
+    token per row, and that the accepted prefix repeats the draft tokens.
+    """
+    batch, gamma = draft_tokens.shape
+    if not isinstance(emitted, np.ndarray):
+        raise ContractViolation(f"verify returned {type(emitted).__name__}, not a numpy array")
+    if emitted.shape != (batch, gamma + 1):
+        raise ContractViolation(f"verify returned shape {emitted.shape}, expected {(batch, gamma + 1)}")
+    if not np.issubdtype(emitted.dtype, np.integer):
+        raise ContractViolation(f"verify returned dtype {emitted.dtype}, expected int64")
+    emitted = emitted.astype(np.int64, copy=False)
+    pad = emitted == PAD
+    bad = (~pad) & ((emitted < 0) | (emitted >= vocab_size))
+    if bad.any():
+        b, k = np.argwhere(bad)[0]
+        raise ContractViolation(
+            f"token {emitted[b, k]} out of range [0, {vocab_size}) at row {b}, position {k}"
+        )
+    lengths = np.argmax(np.concatenate([pad, np.ones((batch, 1), bool)], axis=1), axis=1)
+    after = np.arange(gamma + 1)[None, :] >= lengths[:, None]
+    garbage = after & ~pad
+    if garbage.any():
+        b, k = np.argwhere(garbage)[0]
+        raise ContractViolation(f"token {emitted[b, k]} after the -1 padding at row {b}, position {k}")
+    if (lengths == 0).any():
+        b = int(np.argmax(lengths == 0))
+        raise ContractViolation(f"row {b} emitted no token (every round emits at least one)")
+    prefix = np.arange(gamma)[None, :] < (lengths[:, None] - 1)
+    mismatch = prefix & (emitted[:, :gamma] != draft_tokens)
+    if mismatch.any():
+        b, k = np.argwhere(mismatch)[0]
+        raise ContractViolation(
+            f"row {b} position {k}: emitted {emitted[b, k]} inside the accepted prefix "
+            f"but the draft token was {draft_tokens[b, k]}"
+        )
+    return emitted
+
+
+def emitted_lengths(emitted: np.ndarray) -> np.ndarray:
+    """Tokens emitted per row (the -1 padding excluded), for a validated result."""
+    return (emitted != PAD).sum(axis=1)

@@ -1,0 +1,13 @@
+"""The one exception family of the project: the CLI turns it into one line on stderr."""
+
+
+class SpecgaugeError(Exception):
+    """Base class for every error specgauge raises on purpose."""
+
+
+class DecoderLoadError(SpecgaugeError):
+    """A decoder named by ``--decoder`` could not be loaded."""
+
+
+class InvalidDistributionError(SpecgaugeError, ValueError):
+    """Probabilities handed to a statistic are negative, NaN or not normalised."""
