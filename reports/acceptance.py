@@ -1,0 +1,146 @@
+"""``--acceptance``: one α, a per-position list, a named profile, or a vLLM result JSON.
+
+The point is to calibrate a plan on measured numbers. Four spellings:
+
+* ``0.8``: i.i.d. acceptance, every draft token accepted with probability 0.8;
+* ``0.9,0.8,0.7``: per-position *conditional* rates α_k = P(draft k accepted | drafts
+  before it accepted), the α_i of 1 + Σ_k Π_{i≤k} α_i; positions beyond the list are
+  left to the simulator's per-position model;
+* ``NAME``: a profile from ``specgauge_fixtures/workloads/acceptance_profiles.json``,
+  each with the workload and publication it was measured on;
+* ``PATH.json``: what ``vllm bench serve --save-result`` writes. vLLM's
+  ``spec_decode_per_position_acceptance_rates`` are *unconditional* (accepted at position
+  k over drafts, i.e. Π_{i≤k} α_i), so they are turned into conditional rates by dividing
+  each by the one before; without them, ``spec_decode_acceptance_rate`` (a percentage)
+  gives an i.i.d. α. Values above 1 in the list are read as percentages.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from stattests.errors import SpecgaugeError
+
+PROFILES_RESOURCE = ("workloads", "acceptance_profiles.json")
+VLLM_PER_POSITION_KEY = "spec_decode_per_position_acceptance_rates"
+VLLM_RATE_KEY = "spec_decode_acceptance_rate"
+
+
+class AcceptanceError(SpecgaugeError, ValueError):
+    """An ``--acceptance`` value that cannot be read as any of the four spellings."""
+
+
+@dataclass(frozen=True)
+class AcceptanceSpec:
+    """Acceptance as the user gave it: i.i.d. (one value) or per position, and its origin."""
+
+    rates: tuple[float, ...]
+    source: str
+
+    @property
+    def per_position(self) -> bool:
+        return len(self.rates) > 1
+
+    @property
+    def label(self) -> str:
+        """Compact text for a CSV column: ``0.8`` or ``0.9|0.8|0.7``."""
+        return "|".join(f"{r:.6g}" for r in self.rates)
+
+    def to_model(self) -> Any:
+        """The simulator's acceptance model for these rates (imported here, lazily)."""
+        from simulator import IIDAcceptance, PerPositionAcceptance
+
+        if self.per_position:
+            return PerPositionAcceptance(tuple(self.rates))
+        return IIDAcceptance(self.rates[0])
+
+
+def _checked(rates: list[float], origin: str) -> tuple[float, ...]:
+    if not rates:
+        raise AcceptanceError(f"{origin}: no acceptance rate given")
+    bad = [r for r in rates if not np.isfinite(r) or not 0.0 <= r <= 1.0]
+    if bad:
+        raise AcceptanceError(f"{origin}: acceptance rates must lie in [0, 1], got {bad[0]!r}")
+    return tuple(float(r) for r in rates)
+
+
+def load_profiles() -> dict[str, dict[str, Any]]:
+    """The named profiles shipped in ``specgauge_fixtures``."""
+    resource = files("specgauge_fixtures").joinpath(*PROFILES_RESOURCE)
+    return json.loads(resource.read_text(encoding="utf-8"))["profiles"]
+
+
+def from_profile(name: str) -> AcceptanceSpec:
+    profiles = load_profiles()
+    if name not in profiles:
+        raise AcceptanceError(
+            f"unknown acceptance {name!r}: not a number, a comma-separated list, a .json file, "
+            f"or a profile ({', '.join(sorted(profiles))})"
+        )
+    entry = profiles[name]
+    rates = entry["per_position"] if "per_position" in entry else [entry["alpha"]]
+    return AcceptanceSpec(_checked(list(rates), f"profile {name!r}"), f"profile {name}: {entry['workload']}; {entry['source']}")
+
+
+def conditional_from_cumulative(cumulative: list[float]) -> list[float]:
+    """vLLM's P(position k accepted) → α_k = P(k accepted | all before accepted)."""
+    cum = np.asarray(cumulative, float)
+    previous = np.concatenate([[1.0], cum[:-1]])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        conditional = np.where(previous > 0, cum / previous, 0.0)
+    return np.clip(conditional, 0.0, 1.0).tolist()
+
+
+def from_vllm_json(path: Path) -> AcceptanceSpec:
+    """Acceptance from a ``vllm bench serve --save-result`` file (see the module docstring)."""
+    origin = f"vLLM result {str(path)!r}"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise AcceptanceError(f"cannot read {origin}: {exc.strerror}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise AcceptanceError(f"{origin} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise AcceptanceError(f"{origin} is not a JSON object")
+    per_position = data.get(VLLM_PER_POSITION_KEY)
+    if per_position:
+        if not isinstance(per_position, list) or not all(isinstance(v, (int, float)) for v in per_position):
+            raise AcceptanceError(f"{origin}: {VLLM_PER_POSITION_KEY} is not a list of numbers")
+        values = [float(v) for v in per_position]
+        if max(values) > 1.0:
+            values = [v / 100.0 for v in values]
+        cumulative = _checked(values, origin)
+        if any(b > a + 1e-9 for a, b in zip(cumulative, cumulative[1:])):
+            raise AcceptanceError(f"{origin}: {VLLM_PER_POSITION_KEY} rises with position, which vLLM's counters cannot do")
+        rates = _checked(conditional_from_cumulative(list(cumulative)), origin)
+        return AcceptanceSpec(rates, f"{origin} ({VLLM_PER_POSITION_KEY}, made conditional)")
+    rate = data.get(VLLM_RATE_KEY)
+    if isinstance(rate, (int, float)) and not isinstance(rate, bool):
+        return AcceptanceSpec(_checked([float(rate) / 100.0], origin), f"{origin} ({VLLM_RATE_KEY} / 100)")
+    raise AcceptanceError(
+        f"{origin} has neither {VLLM_PER_POSITION_KEY} nor {VLLM_RATE_KEY}: was the server run with speculative decoding?"
+    )
+
+
+def parse_acceptance(text: str) -> AcceptanceSpec:
+    """Read ``--acceptance`` in any of its four spellings (see the module docstring)."""
+    text = text.strip()
+    if not text:
+        raise AcceptanceError("--acceptance is empty")
+    if text.lower().endswith(".json") or Path(text).is_file():
+        return from_vllm_json(Path(text))
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        values = [float(p) for p in parts]
+    except ValueError:
+        if len(parts) > 1:
+            raise AcceptanceError(f"--acceptance {text!r}: a per-position list must hold numbers only") from None
+        return from_profile(text)
+    kind = "per-position rates" if len(values) > 1 else "i.i.d. rate"
+    return AcceptanceSpec(_checked(values, f"--acceptance {text!r}"), f"given on the command line ({kind})")

@@ -1,0 +1,136 @@
+"""PNG figures beside a report's CSV (matplotlib, an optional extra, on the Agg backend).
+
+Three figures answer the three questions a deployment asks: up to which batch size does
+speculation pay (speed-up against batch size, one line per γ, the break-even line at 1),
+how much does acceptance buy (tokens per pass against α), and what does each setting
+trade (output throughput against p99 TPOT, with the Pareto front drawn).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from stattests.errors import SpecgaugeError
+
+
+class PlotError(SpecgaugeError):
+    """A figure was asked for but cannot be drawn (matplotlib missing)."""
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise PlotError("--plot needs matplotlib: pip install 'specgauge[plot]'") from None
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: Path) -> Path:
+    fig.savefig(path, dpi=120, bbox_inches="tight", metadata={"Software": None})
+    fig.clf()
+    return path
+
+
+def _png(csv_path: Path, name: str) -> Path:
+    return csv_path.with_name(f"{csv_path.stem}_{name}.png")
+
+
+def law_curves(frame: pd.DataFrame, ax, column: str, mc_column: str | None) -> None:
+    """One line per γ of ``column`` against α, with Monte Carlo points when present."""
+    for gamma, group in frame.groupby("gamma"):
+        line, = ax.plot(group["alpha"], group[column], label=f"γ = {gamma}")
+        if mc_column and mc_column in group:
+            ax.plot(group["alpha"], group[mc_column], "o", ms=3, color=line.get_color())
+    ax.set_xlabel("acceptance rate α (= 1 − TV(p, q))")
+    ax.grid(alpha=0.3)
+
+
+def plot_law(frame: pd.DataFrame, csv_path: Path) -> list[Path]:
+    """Tokens per pass and speed-up against α, one curve per γ (dots: Monte Carlo)."""
+    plt = _pyplot()
+    out = []
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    law_curves(frame, ax, "tokens_per_pass", "mc_tokens_per_pass")
+    ax.set_ylabel("tokens per target pass  (1 − α^(γ+1)) / (1 − α)")
+    ax.set_title("Tokens per pass against acceptance (dots: Monte Carlo)")
+    ax.legend(fontsize=8)
+    out.append(_save(fig, _png(csv_path, "tokens_per_pass")))
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    law_curves(frame, ax, "speedup", "mc_speedup")
+    ax.axhline(1.0, color="k", lw=1, ls="--", label="break-even")
+    c = float(frame["cost_ratio"].iloc[0])
+    ax.set_ylabel(f"speed-up over no speculation (c = {c:g})")
+    ax.set_title("Walltime speed-up against acceptance")
+    ax.legend(fontsize=8)
+    out.append(_save(fig, _png(csv_path, "speedup_vs_alpha")))
+    plt.close(fig)
+    return out
+
+
+def pareto_front(throughput: np.ndarray, latency: np.ndarray) -> np.ndarray:
+    """Indices of the points no other point beats on both (higher throughput, lower latency)."""
+    order = np.lexsort((-throughput, latency))
+    best = np.maximum.accumulate(throughput[order])
+    keep = np.concatenate([[True], throughput[order][1:] > best[:-1]])
+    return order[keep]
+
+
+def plot_plan(frame: pd.DataFrame, csv_path: Path) -> list[Path]:
+    """The plan's figures; each is drawn only when the sweep has the axes it needs."""
+    plt = _pyplot()
+    out = []
+    spec = frame[frame["gamma"] > 0]
+    if "batch_size" in frame and frame["batch_size"].nunique() > 1 and "speedup_vs_no_spec" in frame:
+        fig, ax = plt.subplots(figsize=(6.4, 4.4))
+        for gamma, group in spec.groupby("gamma"):
+            mean = group.groupby("batch_size")["speedup_vs_no_spec"].mean()
+            ax.plot(mean.index, mean.to_numpy(), "o-", ms=3, label=f"γ = {gamma}")
+        ax.axhline(1.0, color="k", lw=1, ls="--", label="break-even")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("batch size (cap on concurrent sequences)")
+        ax.set_ylabel("speed-up over no speculation")
+        ax.set_title("Where speculation stops paying")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        out.append(_save(fig, _png(csv_path, "speedup_vs_batch")))
+        plt.close(fig)
+    if "spec_decode_acceptance_rate" in spec and len(spec):
+        from .law import law_table
+
+        gammas = sorted(int(g) for g in spec["gamma"].unique())
+        curves = law_table(list(np.linspace(0.0, 0.99, 50)), gammas, 0.0, 0, 0)
+        fig, ax = plt.subplots(figsize=(6.4, 4.4))
+        law_curves(curves, ax, "tokens_per_pass", None)
+        rate = spec["spec_decode_acceptance_rate"].astype(float)
+        rate = rate / 100.0 if rate.max() > 1.0 else rate
+        ax.plot(rate, spec["spec_decode_acceptance_length"], "kx", label="simulated")
+        ax.set_ylabel("tokens per target pass")
+        ax.set_title("Tokens per pass against α: the law and the simulation")
+        ax.legend(fontsize=8)
+        out.append(_save(fig, _png(csv_path, "tokens_per_pass")))
+        plt.close(fig)
+    if {"output_throughput", "p99_tpot_ms"} <= set(frame.columns):
+        ok = frame[["output_throughput", "p99_tpot_ms"]].apply(pd.to_numeric, errors="coerce").notna().all(axis=1)
+        data = frame[ok]
+        if len(data):
+            fig, ax = plt.subplots(figsize=(6.4, 4.4))
+            sc = ax.scatter(data["p99_tpot_ms"], data["output_throughput"], c=data["gamma"], cmap="viridis", s=14)
+            fig.colorbar(sc, ax=ax, label="γ")
+            front = data.iloc[pareto_front(data["output_throughput"].to_numpy(float), data["p99_tpot_ms"].to_numpy(float))]
+            front = front.sort_values("p99_tpot_ms")
+            ax.step(front["p99_tpot_ms"], front["output_throughput"], "r-", where="post", label="Pareto front")
+            ax.set_xlabel("p99 TPOT (ms)")
+            ax.set_ylabel("output throughput (tokens/s)")
+            ax.set_title("Throughput against per-token latency")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+            out.append(_save(fig, _png(csv_path, "pareto")))
+            plt.close(fig)
+    return out

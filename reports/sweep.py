@@ -1,0 +1,147 @@
+"""Run a function over many configurations: serially, on local processes, or on Dask.
+
+Whatever the executor, each finished configuration is handed to the journal at once (in
+this process, so only one writer ever appends) and the result comes back in
+configuration order, which is what makes the CSVs byte-identical across executors.
+"""
+
+from __future__ import annotations
+
+import sys
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+from stattests.errors import SpecgaugeError
+
+from .csvio import Journal
+
+EXECUTORS = ("serial", "process", "dask")
+
+Row = dict[str, Any]
+
+
+class SweepError(SpecgaugeError):
+    """The sweep cannot run as asked (bad executor options, a missing optional package)."""
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """How to spread a sweep: ``jobs`` > 1 with the default executor means local processes."""
+
+    executor: str = "auto"
+    jobs: int = 1
+    scheduler: str | None = None
+    progress: bool = True
+
+    def resolved_executor(self) -> str:
+        """``auto`` becomes ``process`` for ``--jobs`` > 1, else ``serial``; contradictions are refused."""
+        if self.jobs < 1:
+            raise SweepError(f"--jobs must be ≥ 1, got {self.jobs}")
+        executor = self.executor
+        if executor == "auto":
+            executor = "dask" if self.scheduler else ("process" if self.jobs > 1 else "serial")
+        if executor not in EXECUTORS:
+            raise SweepError(f"unknown executor {self.executor!r}; choose from {', '.join(EXECUTORS)}")
+        if executor == "dask" and not self.scheduler:
+            raise SweepError("--executor dask needs --scheduler ADDRESS (e.g. tcp://10.0.0.1:8786)")
+        if executor != "dask" and self.scheduler:
+            raise SweepError(f"--scheduler only applies to --executor dask, not {executor!r}")
+        if executor == "serial" and self.jobs > 1:
+            raise SweepError(f"--executor serial contradicts --jobs {self.jobs}")
+        return executor
+
+
+def add_sweep_options(parser: Any) -> None:
+    """The options every sweeping command shares."""
+    group = parser.add_argument_group("sweep execution")
+    group.add_argument("--jobs", type=int, default=1, help="local worker processes (default 1)")
+    group.add_argument("--executor", choices=("auto",) + EXECUTORS, default="auto",
+                       help="serial, process (local pool of --jobs) or dask (needs --scheduler); auto picks from --jobs")
+    group.add_argument("--scheduler", default=None, help="Dask scheduler address, e.g. tcp://host:8786")
+    group.add_argument("--no-progress", action="store_true", help="no progress bar")
+    group.add_argument("--restart", action="store_true", help="discard a partial sweep of this CSV instead of resuming it")
+
+
+def options_from_args(args: Any) -> SweepOptions:
+    return SweepOptions(executor=args.executor, jobs=args.jobs, scheduler=args.scheduler, progress=not args.no_progress)
+
+
+def run_sweep(
+    func: Callable[[Any], Mapping[str, Any]],
+    items: Sequence[Any],
+    options: SweepOptions = SweepOptions(),
+    journal: Journal | None = None,
+    done: Mapping[int, Row] | None = None,
+    describe: Callable[[Any], str] = repr,
+) -> list[Row]:
+    """``[func(item) for item in items]``, skipping indices in ``done``, journaling each result.
+
+    A failing item stops the sweep with its index and description; rows finished before
+    it stay in the journal for the resumed run.
+    """
+    from tqdm import tqdm
+
+    executor = options.resolved_executor()
+    results: dict[int, Row] = dict(done or {})
+    todo = [i for i in range(len(items)) if i not in results]
+    bar = tqdm(total=len(items), initial=len(items) - len(todo), disable=not options.progress,
+               unit="config", file=sys.stderr, dynamic_ncols=True)
+    runner = {"serial": _serial, "process": _processes, "dask": _dask}[executor]
+    try:
+        for index, outcome in runner(func, items, todo, options):
+            if isinstance(outcome, BaseException):
+                if isinstance(outcome, SpecgaugeError):
+                    raise SweepError(f"configuration {index} ({describe(items[index])}): {outcome}") from outcome
+                raise outcome
+            results[index] = journal.append(index, outcome) if journal is not None else dict(outcome)
+            bar.update(1)
+    finally:
+        bar.close()
+    return [results[i] for i in range(len(items))]
+
+
+Outcome = Iterator[tuple[int, "Row | BaseException"]]
+
+
+def _call(func: Callable[[Any], Mapping[str, Any]], item: Any) -> Row | BaseException:
+    try:
+        return dict(func(item))
+    except Exception as exc:  # noqa: BLE001 - handed back to the main process, raised there
+        return exc
+
+
+def _serial(func, items, todo, options) -> Outcome:
+    for index in todo:
+        yield index, _call(func, items[index])
+
+
+def _processes(func, items, todo, options) -> Outcome:
+    pool = ProcessPoolExecutor(max_workers=options.jobs)
+    pending: dict[Future, int] = {}
+    try:
+        pending = {pool.submit(_call, func, items[i]): i for i in todo}
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in sorted(finished, key=pending.__getitem__):
+                yield pending.pop(future), future.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _dask(func, items, todo, options) -> Outcome:
+    try:
+        from dask.distributed import Client, as_completed
+    except ImportError:
+        raise SweepError("--executor dask needs the dask extra: pip install 'specgauge[dask]'") from None
+    try:
+        client = Client(options.scheduler, timeout="10s", set_as_default=False)
+    except (OSError, TimeoutError) as exc:
+        raise SweepError(f"cannot reach the Dask scheduler at {options.scheduler!r}: {exc}") from None
+    try:
+        futures = client.map(_call, [func] * len(todo), [items[i] for i in todo], pure=False)
+        index_of = {future.key: i for future, i in zip(futures, todo)}
+        for future, outcome in as_completed(futures, with_results=True):
+            yield index_of[future.key], outcome
+    finally:
+        client.close()
