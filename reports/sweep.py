@@ -12,9 +12,11 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+import pandas as pd
+
 from stattests.errors import SpecgaugeError
 
-from .csvio import Journal
+from .csvio import CsvTarget, Journal, rows_to_frame, sweep_signature, write_csv_atomic
 
 EXECUTORS = ("serial", "process", "dask")
 
@@ -141,7 +143,37 @@ def _dask(func, items, todo, options) -> Outcome:
     try:
         futures = client.map(_call, [func] * len(todo), [items[i] for i in todo], pure=False)
         index_of = {future.key: i for future, i in zip(futures, todo)}
-        for future, outcome in as_completed(futures, with_results=True):
-            yield index_of[future.key], outcome
+        for future in as_completed(futures, loop=client.loop):
+            yield index_of[future.key], future.result()
     finally:
         client.close()
+
+
+def sweep_to_csv(
+    func: Callable[[Any], Mapping[str, Any]],
+    items: Sequence[Any],
+    target: CsvTarget,
+    signature_payload: Mapping[str, Any],
+    metadata: Mapping[str, Any],
+    options: SweepOptions = SweepOptions(),
+    restart: bool = False,
+    describe: Callable[[Any], str] = repr,
+) -> tuple[pd.DataFrame, int]:
+    """Run the sweep through its journal and write the CSV; returns (frame, rows resumed).
+
+    ``signature_payload`` holds everything that shapes the results (configurations, seed,
+    version), so a journal resumes only the sweep it was written for. The journal is
+    removed once the CSV is in place; until then, it is the record of finished rows.
+    """
+    options.resolved_executor()  # refuse contradictory options before touching any file
+    signature = sweep_signature(str(signature_payload.get("command", "sweep")), [], signature_payload)
+    journal = Journal(target.journal_path, signature)
+    done = journal.load(restart=restart)
+    try:
+        rows = run_sweep(func, items, options, journal, done, describe)
+    finally:
+        journal.close()
+    frame = rows_to_frame(rows)
+    write_csv_atomic(frame, target.path, {**metadata, "sweep_signature": signature})
+    journal.close(remove=True)
+    return frame, len(done)
