@@ -1,0 +1,101 @@
+"""Arrivals and request lengths, drawn once per seed and shared by the paired runs.
+
+Arrivals: Poisson (exponential gaps), gamma (bursty; coefficient of variation ``cv``),
+a CSV trace, or saturated (every request waiting at time 0, so the batch stays full).
+Lengths: fixed, uniform on [1, 2 x mean - 1], exponential (geometric, mean ``mean``),
+or from the trace. No gap is capped: a Poisson process is exactly that.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from simulator.errors import ConfigError
+
+ARRIVALS = ("poisson", "gamma", "trace")
+LENGTH_DISTRIBUTIONS = ("fixed", "uniform", "exponential")
+
+
+@dataclass(frozen=True, eq=False)
+class Workload:
+    """Sorted arrival times (s) and per-request prompt and output lengths (tokens)."""
+
+    arrival: np.ndarray
+    prompt: np.ndarray
+    output: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.arrival)
+
+
+def _lengths(rng: np.random.Generator, dist: str, mean: int, n: int) -> np.ndarray:
+    if dist == "fixed":
+        return np.full(n, mean, dtype=np.int64)
+    if dist == "uniform":
+        return rng.integers(1, 2 * mean, size=n, endpoint=False).astype(np.int64) if mean > 1 else np.ones(n, np.int64)
+    if dist == "exponential":
+        return rng.geometric(1.0 / mean, size=n).astype(np.int64)
+    raise ConfigError(f"unknown length distribution {dist!r}; valid: {', '.join(LENGTH_DISTRIBUTIONS)}")
+
+
+def read_trace(path: str | Path) -> dict[str, np.ndarray]:
+    """A CSV with ``arrival_s`` (or ``timestamp``) and optionally ``prompt_len``/``output_len``."""
+    try:
+        with open(path, newline="") as handle:
+            rows = list(csv.DictReader(handle))
+    except OSError as exc:
+        raise ConfigError(f"cannot read workload trace {str(path)!r}: {exc.strerror or exc}") from None
+    if not rows:
+        raise ConfigError(f"workload trace {str(path)!r} is empty")
+    columns = rows[0].keys()
+    time_col = next((c for c in ("arrival_s", "timestamp", "arrival") if c in columns), None)
+    if time_col is None:
+        raise ConfigError(f"workload trace {str(path)!r} needs a column arrival_s (or timestamp); has {', '.join(columns)}")
+    out: dict[str, np.ndarray] = {}
+    try:
+        out["arrival"] = np.array([float(r[time_col]) for r in rows])
+        for key, names in (("prompt", ("prompt_len", "input_len")), ("output", ("output_len",))):
+            col = next((c for c in names if c in columns), None)
+            if col is not None:
+                out[key] = np.array([int(r[col]) for r in rows], dtype=np.int64)
+    except ValueError as exc:
+        raise ConfigError(f"workload trace {str(path)!r}: {exc}") from None
+    if np.any(~np.isfinite(out["arrival"])) or np.any(out["arrival"] < 0):
+        raise ConfigError(f"workload trace {str(path)!r}: arrival times must be finite and >= 0")
+    for key in ("prompt", "output"):
+        if key in out and np.any(out[key] < 1):
+            raise ConfigError(f"workload trace {str(path)!r}: {key} lengths must be >= 1")
+    return out
+
+
+def make_workload(n: int, qps: float | None, arrival: str, cv: float, prompt_len: int, output_len: int,
+                  length_dist: str, trace: str | None, arrival_rng: np.random.Generator,
+                  length_rng: np.random.Generator) -> Workload:
+    """Draw the requests. Arrival and length draws use separate streams (common random numbers)."""
+    prompt_rng, output_rng = length_rng.spawn(2)
+    prompt = _lengths(prompt_rng, length_dist, prompt_len, n)
+    output = _lengths(output_rng, length_dist, output_len, n)
+    if arrival == "trace":
+        if trace is None:
+            raise ConfigError("arrival 'trace' needs a trace file (--trace PATH)")
+        data = read_trace(trace)
+        times = np.sort(data["arrival"])[:n]
+        order = np.argsort(data["arrival"], kind="stable")[:n]
+        n = len(times)
+        prompt = data["prompt"][order] if "prompt" in data else prompt[:n]
+        output = data["output"][order] if "output" in data else output[:n]
+        times = times - 0.0
+    elif qps is None:
+        times = np.zeros(n)
+    elif arrival == "poisson":
+        times = np.cumsum(arrival_rng.exponential(1.0 / qps, size=n))
+    elif arrival == "gamma":
+        shape = 1.0 / cv**2
+        times = np.cumsum(arrival_rng.gamma(shape, 1.0 / (qps * shape), size=n))
+    else:
+        raise ConfigError(f"unknown arrival process {arrival!r}; valid: {', '.join(ARRIVALS)}")
+    return Workload(arrival=np.asarray(times, dtype=float), prompt=prompt, output=output)
