@@ -1,0 +1,56 @@
+"""``specgauge simulate``: simulate one serving configuration, print a summary, write a one-row CSV."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import pandas as pd
+
+from reports.options import add_simulation_options, configs_from_args
+from simulator import simulate
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specgauge simulate",
+        description="Simulate one serving configuration with speculative decoding against its paired "
+                    "no-speculation baseline (same arrivals and lengths).")
+    add_simulation_options(parser, sweep=False)
+    return parser
+
+
+def summary(row: dict) -> str:
+    """A short readable summary of one report row."""
+    draft = row["draft"] if row["gamma"] else "none"
+    lines = [
+        f"{row['target']} on {row['gpu']} x{row['tp']}, draft {draft}, gamma {row['gamma']} ({row['policy']}), "
+        f"acceptance {row['acceptance']}",
+        f"  batch cap {row['batch_size']}, {row['arrival']}" + (f" at {row['qps']:g} req/s" if row["qps"] else "")
+        + f", {row['requests']} requests of {row['prompt_len']} + {row['output_len']} tokens, seed {row['seed']}",
+        f"  output throughput {row['output_throughput']:.1f} tok/s   (no spec {row['no_spec_output_throughput']:.1f})"
+        f"   speedup {row['speedup_vs_no_spec']:.3f}x",
+        f"  TTFT mean {row['mean_ttft_ms']:.1f} ms   TPOT mean {row['mean_tpot_ms']:.2f} ms "
+        f"(no spec {row['no_spec_mean_tpot_ms']:.2f})   p99 E2EL {row['p99_e2el_ms']:.0f} ms",
+        f"  acceptance length {row['spec_decode_acceptance_length']:.3f} (expected "
+        + (f"{row['expected_acceptance_length']:.3f}" if row["expected_acceptance_length"] is not None else "n/a")
+        + f"), mean batch {row['mean_batch_size']:.1f}, compute-bound {row['compute_bound_fraction']:.0%}",
+        f"  max concurrency {row['max_concurrency']} (without draft {row['max_concurrency_no_draft']}), "
+        f"KV utilisation {row['kv_utilization']:.0%}",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    (config,) = configs_from_args(args)
+    row = simulate(config)
+    print(summary(row))
+    if args.csv:
+        pd.DataFrame([row]).to_csv(args.csv, index=False)
+        print(f"wrote {args.csv}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
