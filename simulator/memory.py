@@ -24,6 +24,7 @@ class MemoryPlan:
     target_weight_bytes: float
     draft_weight_bytes: float
     kv_budget_bytes: float
+    kv_budget_no_draft_bytes: float
     block_tokens: int
     target_block_bytes: float
     draft_block_bytes: float
@@ -66,7 +67,7 @@ def memory_plan_for(gpu: GPU, target: Model, draft: Model | None, tp: int, token
             f"({blocks} blocks) is left after weights on {gpu.name}, tp={tp}")
     return MemoryPlan(
         gpu_bytes=gpu_bytes, reserve_bytes=reserve, target_weight_bytes=target_w, draft_weight_bytes=draft_w,
-        kv_budget_bytes=budget, block_tokens=block_tokens, target_block_bytes=target_block,
+        kv_budget_bytes=budget, kv_budget_no_draft_bytes=budget_no_draft, block_tokens=block_tokens, target_block_bytes=target_block,
         draft_block_bytes=draft_block, total_blocks=blocks, total_blocks_no_draft=blocks_no_draft,
         blocks_per_request=per_request, blocks_per_request_no_draft=per_request_no_draft,
         max_concurrency=blocks // per_request, max_concurrency_no_draft=blocks_no_draft // per_request_no_draft)
