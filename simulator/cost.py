@@ -67,7 +67,10 @@ class PassCost:
 
         ``attn`` is the sum over new tokens of the context each attends to.
         """
-        roof = np.maximum(self.memory_s(ctx), self.compute_s(tokens, attn)) / self.efficiency
+        if isinstance(ctx, np.ndarray):
+            roof = np.maximum(self.memory_s(ctx), self.compute_s(tokens, attn)) / self.efficiency
+        else:
+            roof = max(self.memory_s(ctx), self.compute_s(tokens, attn)) / self.efficiency
         comm = self.allreduce_fixed_s + self.allreduce_s_per_token * tokens if self.allreduce_fixed_s else 0.0
         return roof + self.overhead_s + comm
 

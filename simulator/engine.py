@@ -177,18 +177,20 @@ class Engine:
     def _mixed(self, t: float) -> float:
         s, p = self.stats, self.p
         dec = self.pre == 0
-        batch = int(dec.sum())
-        ctx_dec = int(self.ctx[dec].sum())
+        batch = int(np.count_nonzero(dec))
+        ctx_dec = int(self.ctx[dec].sum()) if batch else 0
         gamma = self._gamma(batch, ctx_dec)
         budget = max(p.max_batched_tokens - batch * (gamma + 1), 0)
-        pidx = np.flatnonzero(~dec)
+        pidx = np.flatnonzero(self.pre)
         want = self.pre[pidx]
-        before = np.cumsum(want) - want
-        take = np.clip(budget - before, 0, want)
+        if len(pidx) == 1:
+            take = np.minimum(want, budget)
+        else:
+            take = np.minimum(np.maximum(budget - (np.cumsum(want) - want), 0), want)
         c0 = self.ctx[pidx]
         chunk = int(take.sum())
-        prefill_ctx = float(c0[take > 0].sum())
-        prefill_attn = float((take * c0 + take * (take + 1) / 2).sum())
+        prefill_ctx = float(c0 @ (take > 0))
+        prefill_attn = float(take @ c0 + (take @ (take + 1)) / 2)
         seconds, bound = p.costs.mixed_round(batch, gamma, ctx_dec, chunk, prefill_ctx, prefill_attn, p.speculative)
         t_end = t + seconds
         if batch:
