@@ -249,7 +249,6 @@ class Engine:
             last = rounds - 1
             ctx = ctx0 + batch * np.arange(rounds)
         seconds, bound = p.costs.decode_round(batch, gamma, ctx)
-        seconds = np.broadcast_to(seconds, (rounds,))
         ends = t + np.cumsum(seconds)
         if arrival_at is not None:
             last = min(last, int(np.searchsorted(ends, arrival_at, side="left")))
@@ -267,7 +266,7 @@ class Engine:
         s.itl_values.append(seconds[:used])
         s.itl_weights.append(batch)
         s.passes += used
-        s.compute_bound_passes += int(np.count_nonzero(np.broadcast_to(bound, (rounds,))[:used]))
+        s.compute_bound_passes += int(np.count_nonzero(bound[:used]))
         s.sequences_in_passes += batch * used
         s.busy_s += duration
         s.kv_block_seconds += (p.total_blocks - self.free_blocks) * duration
