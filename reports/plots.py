@@ -101,16 +101,17 @@ def plot_plan(frame: pd.DataFrame, csv_path: Path) -> list[Path]:
         ax.legend(fontsize=8)
         out.append(_save(fig, _png(csv_path, "speedup_vs_batch")))
         plt.close(fig)
-    if "spec_decode_acceptance_rate" in spec and len(spec):
+    if {"alpha", "spec_decode_acceptance_length"} <= set(spec.columns) and len(spec):
+        # x is the model's α (per-token, conditional), not vLLM's acceptance rate, which also
+        # counts drafts after the first rejection and so sits below α for γ > 1
         from .law import law_table
 
         gammas = sorted(int(g) for g in spec["gamma"].unique())
         curves = law_table(list(np.linspace(0.0, 0.99, 50)), gammas, 0.0, 0, 0)
         fig, ax = plt.subplots(figsize=(6.4, 4.4))
         law_curves(curves, ax, "tokens_per_pass", None)
-        rate = spec["spec_decode_acceptance_rate"].astype(float)
-        rate = rate / 100.0 if rate.max() > 1.0 else rate
-        ax.plot(rate, spec["spec_decode_acceptance_length"], "kx", label="simulated")
+        ax.plot(spec["alpha"].astype(float), spec["spec_decode_acceptance_length"].astype(float), "kx",
+                label="simulated (acceptance length)")
         ax.set_ylabel("tokens per target pass")
         ax.set_title("Tokens per pass against α: the law and the simulation")
         ax.legend(fontsize=8)
