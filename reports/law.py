@@ -13,14 +13,16 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
 
-from stattests.contract import emitted_lengths, load_decoder
+from stattests.contract import ContractViolation, check_emitted, emitted_lengths, load_decoder
+from stattests.errors import SpecgaugeError
+from stattests.sampling import sample_rows
 
 from .csvio import CsvTarget, resolve_csv_target, write_csv_atomic
-from stattests.errors import SpecgaugeError
 
 #: The seed document's six-token example: TV(p, q) = 0.1, so α = 0.9.
 SEED_TARGET = np.array([0.40, 0.25, 0.15, 0.10, 0.06, 0.04])
@@ -30,7 +32,7 @@ class LawInputError(SpecgaugeError):
     """An option of ``specgauge law`` is out of range."""
 
 
-def _number_list(kind: type) -> "callable":
+def _number_list(kind: type) -> Callable[[str], list]:
     def parse(text: str) -> list:
         try:
             return [kind(part) for part in text.split(",") if part.strip()]
@@ -108,10 +110,12 @@ def monte_carlo(
         batch = min(_CHUNK, rounds - start)
         target = np.tile(p, (batch, gamma + 1, 1))
         draft = np.tile(q, (batch, gamma, 1))
-        cdf = np.cumsum(q)
-        draft_tokens = np.minimum(np.searchsorted(cdf, rng.random((batch, gamma)) * cdf[-1], side="right"), vocab - 1)
-        emitted = decoder.verify(target, draft, draft_tokens.astype(np.int64), rng)
-        lengths.append(emitted_lengths(np.asarray(emitted)))
+        draft_tokens = sample_rows(draft, rng).astype(np.int64)
+        try:
+            emitted = check_emitted(decoder.verify(target, draft, draft_tokens, rng), draft_tokens, vocab)
+        except ContractViolation as exc:
+            raise LawInputError(f"the decoder broke the verify contract: {exc}") from None
+        lengths.append(emitted_lengths(emitted))
     n = np.concatenate(lengths).astype(float)
     accepted = np.minimum(n - 1, gamma)
     judged = accepted + (n <= gamma)

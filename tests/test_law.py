@@ -72,3 +72,12 @@ def test_cli_refuses_bad_input_in_one_line(argv, message, tmp_path):
     with pytest.raises(law.LawInputError, match=message.replace("[", r"\[").replace("]", r"\]")):
         law.main(argv + ["--csv", str(tmp_path / "x.csv")])
     assert not list(tmp_path.iterdir())
+
+
+def test_a_decoder_breaking_the_contract_is_one_clear_error():
+    class WrongShape:
+        def verify(self, target_probs, draft_probs, draft_tokens, rng):
+            return draft_tokens
+
+    with pytest.raises(law.LawInputError, match="broke the verify contract"):
+        law.monte_carlo(*law.pair_at_tv(0.2), gamma=2, rounds=10, rng=np.random.default_rng(0), decoder=WrongShape())

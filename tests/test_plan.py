@@ -108,3 +108,28 @@ def test_default_scenario_is_the_seed_deployment():
     args = plan.build_parser().parse_args(plan.DEFAULT_SCENARIO)
     assert (args.target, args.draft, args.gpu, args.tp) == ("qwen3-32b", "qwen3-0.6b", "h200", "1")
     assert "5" in args.gamma.split(",") and "0" in args.gamma.split(",")
+
+
+def test_an_interrupted_plan_resumes_without_recomputing(small_run, tmp_path, monkeypatch, capsys):
+    import simulator
+
+    real, calls = simulator.simulate, []
+
+    def interrupted(config):
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        calls.append(config)
+        return real(config)
+
+    monkeypatch.setattr(simulator, "simulate", interrupted)
+    csv = tmp_path / "p.csv"
+    argv = SMALL + ["--csv", str(csv), "--slo", "tpot:30"]
+    with pytest.raises(KeyboardInterrupt):
+        plan.main(argv)
+    assert not csv.exists() and (tmp_path / "p.csv.partial.jsonl").exists()
+    calls.clear()
+    monkeypatch.setattr(simulator, "simulate", lambda c: calls.append(c) or real(c))
+    assert plan.main(argv) == 0
+    assert len(calls) == 9 - 4 and "4 resumed" in capsys.readouterr().out
+    assert not (tmp_path / "p.csv.partial.jsonl").exists()
+    assert csv.read_bytes() == small_run.read_bytes()
