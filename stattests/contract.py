@@ -87,7 +87,7 @@ def load_decoder(spec: str | None = None) -> Decoder:
             obj = getattr(obj, part)
         except AttributeError:
             raise DecoderLoadError(f"module {module_name!r} has no attribute {attr_path!r}") from None
-    if not hasattr(obj, "verify"):
+    if isinstance(obj, type) or not hasattr(obj, "verify"):
         if not callable(obj):
             raise DecoderLoadError(f"{target!r} is neither callable nor has a verify method")
         factory: Callable[[], object] = obj  # type: ignore[assignment]

@@ -1,0 +1,184 @@
+"""Runs a decoder on a fixture, chunk by chunk, and keeps what the checks need.
+
+The harness draws the draft tokens itself (so the contract certifies the verification
+rule), hands the decoder writable copies, and turns whatever goes wrong (an exception,
+a contract violation, a mutated input) into an error string the checks report: it
+never lets a decoder's traceback escape.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from specgauge_fixtures.pairs import PairFixture
+
+from .contract import PAD, ContractViolation, Decoder, check_emitted, emitted_lengths
+from .sampling import sample_rows
+from .statistics import pit_values, total_variation
+
+GREEDY_ROWS = 100_000  # greedy is checked row by row, exactly: no sample size to reach
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """How much work one fixture may cost: rows wanted and the memory a chunk may take."""
+
+    rows: int
+    chunk_bytes: int = 64 * 2**20
+    seed: int = 0
+
+
+@dataclass(frozen=True, eq=False)
+class FixtureRun:
+    """Per-row results of a decoder on a fixture (up to the first failure, if any)."""
+
+    fixture: PairFixture
+    n: int
+    lengths: np.ndarray  # [n] tokens emitted per row
+    tokens: np.ndarray  # [n, γ+1], -1 padded
+    pit_id: np.ndarray  # [n, γ+1], NaN where not emitted
+    pit_ratio: np.ndarray  # [n, γ], vocabulary ordered by p/q
+    alpha: np.ndarray  # [n, γ] 1 − TV(p, q) per row and position
+    greedy_mismatches: int
+    greedy_example: str
+    error: str | None = None
+
+
+def fixture_seed(seed: int, fixture: PairFixture) -> np.random.SeedSequence:
+    """One stream per fixture, keyed by name: adding a fixture does not shift another's draws."""
+    return np.random.SeedSequence([seed, zlib.crc32(fixture.name.encode())])
+
+
+def chunk_rows(fixture: PairFixture, chunk_bytes: int) -> int:
+    cells = (2 * fixture.gamma + 1) * fixture.vocab_size
+    return max(1, chunk_bytes // (8 * cells * 3))
+
+
+def greedy_reference(target: np.ndarray, draft_tokens: np.ndarray) -> np.ndarray:
+    """The exact greedy output: the draft's prefix that matches argmax p, then argmax p."""
+    best = target.argmax(axis=2)
+    gamma = draft_tokens.shape[1]
+    n_accepted = np.cumprod(draft_tokens == best[:, :gamma], axis=1).sum(axis=1)
+    return np.where(np.arange(gamma + 1)[None, :] <= n_accepted[:, None], best, PAD)
+
+
+class _ContextFreeTables:
+    """CDF lookup tables for a context-free fixture: PIT and draft sampling in O(1) per row."""
+
+    def __init__(self, fixture: PairFixture) -> None:
+        p, q = fixture.target, fixture.draft
+        g = fixture.gamma
+        self.p = p
+        self.lower_id = np.cumsum(p, axis=1) - p
+        with np.errstate(divide="ignore", invalid="ignore"):
+            key = np.where(q > 0, p[:g] / q, np.inf)
+        self.lower_ratio = np.empty((g, p.shape[1]))
+        for k in range(g):  # γ rows, once per fixture
+            order = np.lexsort((np.arange(p.shape[1]), key[k]))
+            self.lower_ratio[k, order] = np.cumsum(p[k, order]) - p[k, order]
+        self.draft_cdf = np.cumsum(q, axis=1)
+
+    def draft_tokens(self, m: int, rng: np.random.Generator) -> np.ndarray:
+        u = rng.random((m, self.draft_cdf.shape[0])) * self.draft_cdf[:, -1]
+        cols = [np.searchsorted(self.draft_cdf[k], u[:, k], side="right") for k in range(u.shape[1])]
+        return np.stack(cols, axis=1).astype(np.int64) if cols else np.empty((m, 0), np.int64)
+
+    def pit(self, emitted: np.ndarray, lower: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        k = np.broadcast_to(np.arange(emitted.shape[1]), emitted.shape)
+        tok = np.where(emitted == PAD, 0, emitted)
+        u = lower[k, tok] + rng.random(emitted.shape) * self.p[k, tok]
+        return np.where(emitted == PAD, np.nan, np.clip(u, 0.0, 1.0))
+
+
+def run_fixture(decoder: Decoder, fixture: PairFixture, config: RunConfig) -> FixtureRun:
+    """Verify ``config.rows`` rounds of ``fixture`` with ``decoder``."""
+    g, vocab = fixture.gamma, fixture.vocab_size
+    batch_rng, draft_rng, decoder_rng, pit_rng = (
+        np.random.default_rng(s) for s in fixture_seed(config.seed, fixture).spawn(4))
+    tables = _ContextFreeTables(fixture) if fixture.context_free else None
+    rows = min(config.rows, GREEDY_ROWS) if fixture.greedy else config.rows
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("lengths", "tokens", "pit_id", "pit_ratio", "alpha")}
+    mismatches, example, error = 0, "", None
+    step = chunk_rows(fixture, config.chunk_bytes)
+    done = 0
+    while done < rows:
+        m = min(step, rows - done)
+        target, draft = fixture.batch(m, batch_rng)
+        draft_tokens = tables.draft_tokens(m, draft_rng) if tables else sample_rows(draft, draft_rng)
+        inputs = (np.array(target), np.array(draft), draft_tokens.copy())
+        try:
+            emitted = decoder.verify(*inputs, decoder_rng)
+        except Exception as exc:  # a decoder's failure is a finding, not a crash
+            error = f"verify raised {type(exc).__name__}: {exc}"
+            break
+        try:
+            emitted = check_emitted(emitted, draft_tokens, vocab)
+        except ContractViolation as exc:
+            error = f"contract violation: {exc}"
+            break
+        for label, before, after in zip(("target_probs", "draft_probs", "draft_tokens"),
+                                        (target, draft, draft_tokens), inputs):
+            if not np.array_equal(before, after):
+                error = f"verify modified its input {label} in place"
+        if error:
+            break
+        parts["lengths"].append(emitted_lengths(emitted))
+        parts["tokens"].append(emitted)
+        if fixture.greedy:
+            expected = greedy_reference(target, draft_tokens)
+            wrong = (expected != emitted).any(axis=1)
+            if wrong.any() and not example:
+                b = int(np.argmax(wrong))
+                example = f"drafts {draft_tokens[b].tolist()}: expected {expected[b].tolist()}, got {emitted[b].tolist()}"
+            mismatches += int(wrong.sum())
+            parts["alpha"].append(1.0 - total_variation(target[:, :g], draft))
+        elif tables is not None:
+            parts["pit_id"].append(tables.pit(emitted, tables.lower_id, pit_rng))
+            parts["pit_ratio"].append(tables.pit(emitted[:, :g], tables.lower_ratio, pit_rng))
+        else:
+            parts["alpha"].append(1.0 - total_variation(target[:, :g], draft))
+            parts["pit_id"].append(_pit_by_position(emitted, target, None, pit_rng))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = np.where(draft > 0, target[:, :g] / draft, np.inf)
+            parts["pit_ratio"].append(_pit_by_position(emitted[:, :g], target[:, :g], ratio, pit_rng))
+        done += m
+    n = sum(len(x) for x in parts["lengths"])
+    arrays = {k: (np.concatenate(v) if v else np.full((n,) + _shape(k, g), np.nan)) for k, v in parts.items()}
+    alpha = np.broadcast_to(fixture.acceptance(), (n, g)) if tables is not None else arrays["alpha"]
+    return FixtureRun(fixture, n, arrays["lengths"].astype(np.int64), arrays["tokens"].astype(np.int64),
+                      arrays["pit_id"], arrays["pit_ratio"], alpha, mismatches, example, error)
+
+
+def _shape(key: str, gamma: int) -> tuple[int, ...]:
+    return {"lengths": (), "tokens": (gamma + 1,), "pit_id": (gamma + 1,),
+            "pit_ratio": (gamma,), "alpha": (gamma,)}[key]
+
+
+def _pit_by_position(emitted, probs, sort_key, rng) -> np.ndarray:
+    out = np.full(emitted.shape, np.nan)
+    for k in range(emitted.shape[1]):  # a handful of positions; the rows are vectorised
+        rows = np.flatnonzero(emitted[:, k] != PAD)
+        if rows.size:
+            key = None if sort_key is None else sort_key[rows, k]
+            out[rows, k] = pit_values(emitted[rows, k], probs[rows, k], rng.random(rows.size), key)
+    return out
+
+
+def emission_probability(fixture: PairFixture) -> np.ndarray:
+    """P(position k is emitted) = Π_{i<k} α_i for k = 0 … γ (a guess of 0.5 per position when heterogeneous)."""
+    alpha = fixture.acceptance()
+    if alpha is None:
+        alpha = np.full(fixture.gamma, 0.5)
+    return np.concatenate([[1.0], np.cumprod(alpha)])
+
+
+def rows_for(fixture: PairFixture, samples_needed: int, max_rows: int, max_bytes: int) -> int:
+    """Rows to run so the positions emitted at least half the time see ``samples_needed``
+    emissions each, within the row and memory budgets (rarer positions report what they reach)."""
+    reach = max(float(emission_probability(fixture)[-1]), 0.5)
+    by_memory = max_bytes // (8 * (2 * fixture.gamma + 1) * fixture.vocab_size)
+    return int(max(1, min(math.ceil(samples_needed / reach), max_rows, by_memory)))

@@ -1,0 +1,464 @@
+"""Hypothesis tests with declared error rates, in the manner of TFP's ``statistical_testing``.
+
+Every test returns a frozen :class:`TestResult` that carries, besides the statistic and
+the p-value, the smallest total-variation (TV) discrepancy it detects with probability
+``1 - false_pass_rate`` at its sample size. Each has a ``min_num_samples_for_*``
+companion that inverts that relation: sample sizes grow as O(1/tv²) and as
+O(log(1/false_fail_rate)).
+
+Public functions validate their input and raise :class:`InvalidDistributionError`
+with the offending value; the private helpers behind them assume clean arrays.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Mapping
+
+import numpy as np
+from scipy import optimize, stats
+
+from .errors import InvalidDistributionError
+
+DEFAULT_FALSE_FAIL = 1e-6
+DEFAULT_FALSE_PASS = 1e-3
+MIN_EXPECTED = 10.0
+
+
+@dataclass(frozen=True)
+class TestResult:
+    """The outcome of one assertion: fails only on evidence at ``false_fail_rate``."""
+
+    __test__ = False  # not a pytest test class
+
+    test: str
+    statistic: float
+    pvalue: float
+    n: int
+    false_fail_rate: float
+    min_detectable_tv: float
+    df: float | None = None
+    details: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.pvalue >= self.false_fail_rate)
+
+    def describe(self) -> str:
+        verdict = "pass" if self.passed else "FAIL"
+        return (
+            f"{self.test}: {verdict} (statistic {self.statistic:.4g}, p-value {self.pvalue:.3g} "
+            f"vs false-fail rate {self.false_fail_rate:.1g}, n {self.n}, "
+            f"detects TV >= {self.min_detectable_tv:.3g})"
+        )
+
+
+# ---------------------------------------------------------------- validation
+
+
+def validate_probs(probs: np.ndarray, name: str = "probs", atol: float = 1e-6) -> np.ndarray:
+    """Return ``probs`` as float64 after checking it is a distribution along the last axis."""
+    arr = np.asarray(probs, dtype=np.float64)
+    if arr.size == 0:
+        raise InvalidDistributionError(f"{name} is empty")
+    if not np.isfinite(arr).all():
+        raise InvalidDistributionError(f"{name} contains NaN or infinity")
+    if (arr < 0).any():
+        raise InvalidDistributionError(f"{name} has a negative entry ({arr.min():.3g})")
+    sums = arr.sum(axis=-1)
+    worst = float(np.max(np.abs(sums - 1.0)))
+    if worst > atol:
+        raise InvalidDistributionError(f"{name} is not normalised: a row sums to {1.0 + worst:.9g} (tolerance {atol:g})")
+    return arr
+
+
+def _validate_rates(false_fail_rate: float, false_pass_rate: float) -> None:
+    for label, rate in (("false_fail_rate", false_fail_rate), ("false_pass_rate", false_pass_rate)):
+        if not 0.0 < rate < 1.0:
+            raise InvalidDistributionError(f"{label} must lie in (0, 1), got {rate!r}")
+
+
+def total_variation(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """TV(p, q) = ½ Σ |p − q| along the last axis."""
+    return 0.5 * np.abs(np.asarray(p) - np.asarray(q)).sum(axis=-1)
+
+
+# ---------------------------------------------------------------- chi-square power
+
+
+@lru_cache(maxsize=4096)
+def _noncentrality_for_power(df: int, false_fail_rate: float, false_pass_rate: float) -> float:
+    """The non-centrality λ at which a chi-square test on ``df`` degrees of freedom,
+    rejecting at ``false_fail_rate``, rejects with probability ``1 - false_pass_rate``."""
+    critical = stats.chi2.isf(false_fail_rate, df)
+
+    def shortfall(lam: float) -> float:
+        return stats.ncx2.sf(critical, df, lam) - (1.0 - false_pass_rate)
+
+    hi = max(1.0, critical)
+    while shortfall(hi) < 0:
+        hi *= 2.0
+    return float(optimize.brentq(shortfall, 0.0, hi, xtol=1e-6))
+
+
+def _chi2_min_tv(n: int, df: int, false_fail_rate: float, false_pass_rate: float) -> float:
+    """Smallest TV a chi-square test detects: λ = n Σ δ²/p ≥ 4 n TV² (Cauchy–Schwarz)."""
+    if n <= 0:
+        return math.inf
+    if df <= 0:
+        # Nothing left to compare but impossible categories: one hit is enough.
+        return _occurrence_min_tv(n, false_pass_rate)
+    return math.sqrt(_noncentrality_for_power(df, false_fail_rate, false_pass_rate) / (4.0 * n))
+
+
+def _occurrence_min_tv(n: int, false_pass_rate: float) -> float:
+    """Mass ε on impossible outcomes is seen at least once in n draws w.p. 1 − (1 − ε)^n."""
+    return float(-math.expm1(math.log(false_pass_rate) / n)) if n > 0 else math.inf
+
+
+# ---------------------------------------------------------------- goodness of fit
+
+
+def _pool(expected: np.ndarray, min_expected: float) -> np.ndarray:
+    """Category → bin map: categories expected fewer than ``min_expected`` times share one bin."""
+    rare = expected < min_expected
+    bins = np.cumsum(~rare) - 1
+    n_common = int((~rare).sum())
+    bins[rare] = n_common
+    if rare.any() and expected[rare].sum() < min_expected and n_common > 0:
+        smallest = int(np.argmin(np.where(rare, np.inf, expected)))
+        bins[rare] = bins[smallest]
+    return bins
+
+
+def goodness_of_fit(
+    counts: np.ndarray,
+    probs: np.ndarray,
+    *,
+    false_fail_rate: float = DEFAULT_FALSE_FAIL,
+    false_pass_rate: float = DEFAULT_FALSE_PASS,
+    min_expected: float = MIN_EXPECTED,
+) -> TestResult:
+    """Pearson chi-square of observed ``counts`` against ``probs``, rare categories pooled.
+
+    Any count on a category of probability zero is an immediate failure (p-value 0).
+    ``min_detectable_tv`` is the TV between distributions over the pooled bins that the
+    test detects with power ``1 - false_pass_rate``; a discrepancy that only moves mass
+    inside the pooled bin is invisible to it (the PIT test covers that case).
+    """
+    _validate_rates(false_fail_rate, false_pass_rate)
+    probs = validate_probs(probs)
+    counts = np.asarray(counts)
+    if counts.shape != probs.shape:
+        raise InvalidDistributionError(f"counts has shape {counts.shape}, probs {probs.shape}")
+    if (counts < 0).any():
+        raise InvalidDistributionError("counts has a negative entry")
+    return _goodness_of_fit(counts.astype(np.float64), probs, false_fail_rate, false_pass_rate, min_expected)
+
+
+def _goodness_of_fit(counts, probs, false_fail_rate, false_pass_rate, min_expected) -> TestResult:
+    n = int(round(counts.sum()))
+    impossible = probs <= 0.0
+    hits = float(counts[impossible].sum())
+    measured_tv = float(total_variation(counts / max(n, 1), probs))
+    if n == 0:
+        return TestResult("goodness_of_fit", 0.0, 1.0, 0, false_fail_rate, math.inf, 0, {"measured_tv": 0.0})
+    possible = ~impossible
+    expected = n * probs[possible]
+    bins = _pool(expected, min_expected)
+    n_bins = int(bins.max()) + 1
+    obs = np.bincount(bins, weights=counts[possible], minlength=n_bins)
+    exp = np.bincount(bins, weights=expected, minlength=n_bins)
+    df = n_bins - 1
+    statistic = float(((obs - exp) ** 2 / exp).sum()) if df > 0 else 0.0
+    pvalue = float(stats.chi2.sf(statistic, df)) if df > 0 else 1.0
+    if hits > 0:
+        statistic, pvalue = math.inf, 0.0
+    details = {"measured_tv": measured_tv, "bins": float(n_bins), "impossible_hits": hits,
+               "pooled_mass": float(probs[possible][bins == n_bins - 1].sum()) if n_bins < possible.sum() else 0.0}
+    return TestResult("goodness_of_fit", statistic, pvalue, n, false_fail_rate,
+                      _chi2_min_tv(n, df, false_fail_rate, false_pass_rate), df, details)
+
+
+def min_discrepancy_of_goodness_of_fit(
+    n: int, probs: np.ndarray, *, false_fail_rate: float = DEFAULT_FALSE_FAIL,
+    false_pass_rate: float = DEFAULT_FALSE_PASS, min_expected: float = MIN_EXPECTED,
+) -> float:
+    """Smallest TV :func:`goodness_of_fit` detects from ``n`` draws of ``probs``."""
+    probs = validate_probs(probs)
+    expected = n * probs[probs > 0]
+    df = int(_pool(expected, min_expected).max()) if expected.size else 0
+    return _chi2_min_tv(n, df, false_fail_rate, false_pass_rate)
+
+
+def min_num_samples_for_goodness_of_fit(
+    tv: float, probs: np.ndarray, *, false_fail_rate: float = DEFAULT_FALSE_FAIL,
+    false_pass_rate: float = DEFAULT_FALSE_PASS, min_expected: float = MIN_EXPECTED,
+) -> int:
+    """Draws :func:`goodness_of_fit` needs to detect a discrepancy of ``tv``: O(df / tv²)."""
+    if not tv > 0:
+        raise InvalidDistributionError(f"tv must be positive, got {tv!r}")
+    probs = validate_probs(probs)
+    positive = probs[probs > 0]
+    df = max(int(positive.size) - 1, 0)
+    n = 1
+    for _ in range(8):  # pooling depends on n: iterate to a fixed point
+        if df == 0:
+            return max(n, math.ceil(math.log(false_pass_rate) / math.log1p(-min(tv, 1 - 1e-12))))
+        n_new = math.ceil(_noncentrality_for_power(df, false_fail_rate, false_pass_rate) / (4 * tv * tv))
+        df_new = int(_pool(n_new * positive, min_expected).max())
+        if n_new == n and df_new == df:
+            break
+        n, df = n_new, df_new
+    return n
+
+
+# ---------------------------------------------------------------- KS and the randomized PIT
+
+
+def pit_values(
+    tokens: np.ndarray,
+    probs: np.ndarray,
+    uniforms: np.ndarray,
+    sort_key: np.ndarray | None = None,
+) -> np.ndarray:
+    """Randomized probability integral transform of categorical draws.
+
+    ``u = F(x⁻) + v · p(x)`` with ``v ~ U(0, 1)``: Uniform(0, 1) exactly when x ~ probs,
+    so rows with different distributions can be pooled into one KS test. The vocabulary
+    is ordered by ``sort_key`` (ties by id) when given, by id otherwise.
+    """
+    tokens = np.asarray(tokens, dtype=np.int64)
+    rows = np.arange(tokens.shape[0])
+    p_x = probs[rows, tokens]
+    ids = np.arange(probs.shape[1])[None, :]
+    if sort_key is None:
+        before = ids < tokens[:, None]
+    else:
+        key_x = sort_key[rows, tokens][:, None]
+        before = (sort_key < key_x) | ((sort_key == key_x) & (ids < tokens[:, None]))
+    lower = np.where(before, probs, 0.0).sum(axis=1)
+    return np.clip(lower + uniforms * p_x, 0.0, 1.0)
+
+
+def _ks_min_sup(n: int, false_fail_rate: float, false_pass_rate: float) -> float:
+    """Smallest sup|F − U| the KS test detects: its critical value plus the DKW band of F_n."""
+    if n <= 0:
+        return math.inf
+    critical = float(stats.kstwo.isf(false_fail_rate, n))
+    return min(1.0, critical + math.sqrt(math.log(2.0 / false_pass_rate) / (2.0 * n)))
+
+
+def ks_uniformity(
+    values: np.ndarray, *, false_fail_rate: float = DEFAULT_FALSE_FAIL,
+    false_pass_rate: float = DEFAULT_FALSE_PASS, test: str = "ks_uniformity",
+) -> TestResult:
+    """Kolmogorov–Smirnov test that ``values`` are Uniform(0, 1).
+
+    Used on PIT values (then ``min_detectable_tv`` is the TV of a discrepancy that the
+    vocabulary order puts in one prefix set, as bias ordered by p/q does) and on p-values
+    of independent runs (the suite's second-level check of its own calibration).
+    """
+    _validate_rates(false_fail_rate, false_pass_rate)
+    values = np.asarray(values, dtype=np.float64)
+    if not np.isfinite(values).all() or (values < 0).any() or (values > 1).any():
+        raise InvalidDistributionError("values for a uniformity test must lie in [0, 1]")
+    n = values.size
+    if n == 0:
+        return TestResult(test, 0.0, 1.0, 0, false_fail_rate, math.inf)
+    result = stats.kstest(values, "uniform")
+    return TestResult(test, float(result.statistic), float(result.pvalue), n, false_fail_rate,
+                      _ks_min_sup(n, false_fail_rate, false_pass_rate))
+
+
+def min_discrepancy_of_ks_uniformity(n: int, *, false_fail_rate: float = DEFAULT_FALSE_FAIL,
+                                     false_pass_rate: float = DEFAULT_FALSE_PASS) -> float:
+    """Smallest sup-CDF discrepancy :func:`ks_uniformity` detects from ``n`` values: O(1/√n)."""
+    return _ks_min_sup(n, false_fail_rate, false_pass_rate)
+
+
+def min_num_samples_for_ks_uniformity(tv: float, *, false_fail_rate: float = DEFAULT_FALSE_FAIL,
+                                      false_pass_rate: float = DEFAULT_FALSE_PASS) -> int:
+    """Values :func:`ks_uniformity` needs to detect ``tv``: O(log(1/false_fail_rate) / tv²)."""
+    if not tv > 0:
+        raise InvalidDistributionError(f"tv must be positive, got {tv!r}")
+    root = math.sqrt(math.log(2.0 / false_fail_rate) / 2.0) + math.sqrt(math.log(2.0 / false_pass_rate) / 2.0)
+    n = math.ceil((root / tv) ** 2)
+    while n > 1 and _ks_min_sup(n - 1, false_fail_rate, false_pass_rate) <= tv:  # DKW is loose: tighten
+        n = max(1, int(n * 0.95))
+    while _ks_min_sup(n, false_fail_rate, false_pass_rate) > tv:
+        n = math.ceil(n * 1.01) + 1
+    return n
+
+
+# ---------------------------------------------------------------- acceptance rate
+
+
+def acceptance_rate_test(
+    accepted: np.ndarray, expected: np.ndarray | float, *,
+    false_fail_rate: float = DEFAULT_FALSE_FAIL, false_pass_rate: float = DEFAULT_FALSE_PASS,
+) -> TestResult:
+    """Two-sided test that Bernoulli trials ``accepted`` succeed with probabilities ``expected``.
+
+    One common probability (α = 1 − TV(p, q)): the exact binomial test. Trials with
+    their own probabilities (heterogeneous contexts): a normal test on the Poisson-binomial
+    sum. ``min_detectable_tv`` is the shift of the acceptance rate detected with power
+    ``1 - false_pass_rate``; the rate moves one for one with TV.
+    """
+    _validate_rates(false_fail_rate, false_pass_rate)
+    accepted = np.asarray(accepted, dtype=bool).ravel()
+    expected_arr = np.broadcast_to(np.asarray(expected, dtype=np.float64), accepted.shape)
+    if not np.isfinite(expected_arr).all() or (expected_arr < -1e-12).any() or (expected_arr > 1 + 1e-12).any():
+        raise InvalidDistributionError("expected acceptance probabilities must lie in [0, 1]")
+    expected_arr = np.clip(expected_arr, 0.0, 1.0)
+    n = accepted.size
+    successes = int(accepted.sum())
+    if n == 0:
+        return TestResult("acceptance_rate", 0.0, 1.0, 0, false_fail_rate, math.inf)
+    mean = float(expected_arr.sum())
+    variance = float((expected_arr * (1 - expected_arr)).sum())
+    rate = mean / n
+    details = {"observed_rate": successes / n, "expected_rate": rate}
+    impossible = int(accepted[expected_arr == 0.0].sum()) + int((~accepted)[expected_arr == 1.0].sum())
+    if impossible:
+        return TestResult("acceptance_rate", math.inf, 0.0, n, false_fail_rate, 0.0, None, details)
+    if variance <= 0.0:  # every trial certain, and none went the impossible way
+        pvalue, statistic = 1.0, 0.0
+    elif np.ptp(expected_arr) < 1e-12:
+        pvalue = float(stats.binomtest(successes, n, rate).pvalue) if 0 < rate < 1 else 1.0
+        statistic = float(successes)
+    else:
+        statistic = (successes - mean) / math.sqrt(variance)
+        pvalue = float(2 * stats.norm.sf(abs(statistic)))
+    if variance > 0:
+        z = stats.norm.isf(false_fail_rate / 2) + stats.norm.isf(false_pass_rate)
+        min_tv = z * math.sqrt(variance) / n
+    else:
+        min_tv = _occurrence_min_tv(n, false_pass_rate)
+    return TestResult("acceptance_rate", statistic, pvalue, n, false_fail_rate, min_tv, None, details)
+
+
+def min_num_samples_for_acceptance_rate_test(tv: float, alpha: float = 0.5, *,
+                                             false_fail_rate: float = DEFAULT_FALSE_FAIL,
+                                             false_pass_rate: float = DEFAULT_FALSE_PASS) -> int:
+    """Trials needed to detect a shift ``tv`` of an acceptance rate near ``alpha``: O(α(1−α)/tv²)."""
+    z = stats.norm.isf(false_fail_rate / 2) + stats.norm.isf(false_pass_rate)
+    return max(1, math.ceil((z / tv) ** 2 * max(alpha * (1 - alpha), 1e-12)))
+
+
+# ---------------------------------------------------------------- tokens per pass
+
+
+def tokens_per_pass_pmf(alphas: np.ndarray) -> np.ndarray:
+    """P(N = n), n = 1 … γ+1, for per-position acceptance α_1 … α_γ (rows of alphas averaged).
+
+    The truncated geometric generalised: P(N = n) = Π_{i<n} α_i · (1 − α_n), P(N = γ+1) = Π α_i.
+    """
+    alphas = np.atleast_2d(np.asarray(alphas, dtype=np.float64))
+    reach = np.concatenate([np.ones((alphas.shape[0], 1)), np.cumprod(alphas, axis=1)], axis=1)
+    stop = np.concatenate([1.0 - alphas, np.ones((alphas.shape[0], 1))], axis=1)
+    return (reach * stop).mean(axis=0)
+
+
+def expected_tokens_per_pass(alphas: np.ndarray) -> float:
+    """E[N] = 1 + Σ_k Π_{i≤k} α_i; (1 − α^(γ+1)) / (1 − α) for a constant α."""
+    alphas = np.atleast_2d(np.asarray(alphas, dtype=np.float64))
+    return float(1.0 + np.cumprod(alphas, axis=1).sum(axis=1).mean())
+
+
+def tokens_per_pass_test(
+    lengths: np.ndarray, alphas: np.ndarray, *,
+    false_fail_rate: float = DEFAULT_FALSE_FAIL, false_pass_rate: float = DEFAULT_FALSE_PASS,
+) -> TestResult:
+    """Goodness of fit of tokens per pass (1 … γ+1) to the truncated-geometric law."""
+    alphas = np.atleast_2d(np.asarray(alphas, dtype=np.float64))
+    gamma = alphas.shape[1]
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if lengths.size and (lengths.min() < 1 or lengths.max() > gamma + 1):
+        raise InvalidDistributionError(f"tokens per pass must lie in 1..{gamma + 1}")
+    counts = np.bincount(lengths - 1, minlength=gamma + 1)
+    pmf = tokens_per_pass_pmf(alphas)
+    result = _goodness_of_fit(counts.astype(float), pmf / pmf.sum(), false_fail_rate, false_pass_rate, MIN_EXPECTED)
+    return TestResult("tokens_per_pass", result.statistic, result.pvalue, result.n, false_fail_rate,
+                      result.min_detectable_tv, result.df, result.details)
+
+
+def tokens_per_pass_mean_test(
+    lengths: np.ndarray, alphas: np.ndarray, *,
+    false_fail_rate: float = DEFAULT_FALSE_FAIL, false_pass_rate: float = DEFAULT_FALSE_PASS,
+) -> TestResult:
+    """z-test of mean tokens per pass against E[N] = 1 + Σ_k Π_{i≤k} α_i.
+
+    ``min_detectable_tv`` here is the detectable shift of the mean, in tokens.
+    """
+    lengths = np.asarray(lengths, dtype=np.float64)
+    n = lengths.size
+    pmf = tokens_per_pass_pmf(alphas)
+    support = np.arange(1, pmf.size + 1)
+    mean = float((pmf * support).sum())
+    variance = float((pmf * (support - mean) ** 2).sum())
+    if n == 0:
+        return TestResult("tokens_per_pass_mean", 0.0, 1.0, 0, false_fail_rate, math.inf)
+    observed = float(lengths.mean())
+    details = {"observed_mean": observed, "expected_mean": mean}
+    if variance <= 0:
+        ok = bool(np.all(lengths == mean))
+        return TestResult("tokens_per_pass_mean", observed - mean, 1.0 if ok else 0.0, n,
+                          false_fail_rate, _occurrence_min_tv(n, false_pass_rate), None, details)
+    z = (observed - mean) / math.sqrt(variance / n)
+    power_z = stats.norm.isf(false_fail_rate / 2) + stats.norm.isf(false_pass_rate)
+    return TestResult("tokens_per_pass_mean", z, float(2 * stats.norm.sf(abs(z))), n, false_fail_rate,
+                      power_z * math.sqrt(variance / n), None, details)
+
+
+# ---------------------------------------------------------------- independence
+
+
+def independence_test(
+    x: np.ndarray, y: np.ndarray, *,
+    false_fail_rate: float = DEFAULT_FALSE_FAIL, false_pass_rate: float = DEFAULT_FALSE_PASS,
+    min_expected: float = MIN_EXPECTED,
+) -> TestResult:
+    """Chi-square test that paired categorical draws ``x`` and ``y`` are independent.
+
+    Categories too rare for their expected cell counts are pooled per margin. A decoder
+    that shares random numbers between rows, or between positions, has correct
+    marginals and fails here. ``min_detectable_tv`` is the TV between the joint
+    distribution and the product of its margins that the test detects.
+    """
+    x = np.asarray(x, dtype=np.int64)
+    y = np.asarray(y, dtype=np.int64)
+    if x.shape != y.shape:
+        raise InvalidDistributionError(f"x and y differ in shape: {x.shape} vs {y.shape}")
+    n = x.size
+    if n == 0:
+        return TestResult("independence", 0.0, 1.0, 0, false_fail_rate, math.inf, 0)
+    _, xi = np.unique(x, return_inverse=True)
+    _, yi = np.unique(y, return_inverse=True)
+    mx = np.bincount(xi)
+    my = np.bincount(yi)
+    # a category must be common enough that its cells against the rarest kept column are testable
+    bx = _pool(mx * (my.max() / n), min_expected)[xi]
+    by = _pool(my * (mx.max() / n), min_expected)[yi]
+    table = np.zeros((bx.max() + 1, by.max() + 1))
+    np.add.at(table, (bx, by), 1.0)
+    table = table[table.sum(axis=1) > 0][:, table.sum(axis=0) > 0]
+    df = (table.shape[0] - 1) * (table.shape[1] - 1)
+    if df == 0:
+        return TestResult("independence", 0.0, 1.0, n, false_fail_rate, math.inf, 0)
+    expected = np.outer(table.sum(axis=1), table.sum(axis=0)) / n
+    statistic = float(((table - expected) ** 2 / expected).sum())
+    return TestResult("independence", statistic, float(stats.chi2.sf(statistic, df)), n, false_fail_rate,
+                      _chi2_min_tv(n, df, false_fail_rate, false_pass_rate), df)
+
+
+# ---------------------------------------------------------------- second level
+
+
+def pvalue_uniformity(pvalues: np.ndarray, *, false_fail_rate: float = DEFAULT_FALSE_FAIL,
+                      false_pass_rate: float = DEFAULT_FALSE_PASS) -> TestResult:
+    """KS test that p-values of independent runs are Uniform(0, 1): the suite's own calibration."""
+    return ks_uniformity(pvalues, false_fail_rate=false_fail_rate, false_pass_rate=false_pass_rate,
+                         test="pvalue_uniformity")

@@ -1,0 +1,39 @@
+"""The certification suite: ``pytest stattests --decoder NAME`` runs every assertion.
+
+Each test item is one (check, fixture, position); its id reads like
+``test_exactness[numpy-exactness-seed-six-token-pos0]``. What each check means is in
+``stattests.checks.CHECKS``.
+"""
+
+import pytest
+
+from stattests.checks import CHECKS
+from specgauge_fixtures.pairs import FIXTURES
+
+
+def _assert(certification, assertion) -> None:
+    check_name, fixture_name, position = assertion
+    check, fixture = CHECKS[check_name], FIXTURES[fixture_name]
+    result = certification.assertion(check, fixture, position)
+    if result.n == 0 and result.passed:
+        pytest.skip(f"{fixture_name}: position {position} is never emitted by this decoder here")
+    message = f"{check.meaning}\n{result.describe()}"
+    if result.details and "error" in result.details:
+        message += f"\n{result.details['error']}"
+    assert result.passed, message
+
+
+def test_exactness(certification, assertion):
+    """Contract, exactness, PIT, independence and greedy checks."""
+    _assert(certification, assertion)
+
+
+test_exactness.family = "exactness"
+
+
+def test_optimality(certification, assertion):
+    """Acceptance = 1 − TV(p, q) and the tokens-per-pass law (Leviathan's rule only)."""
+    _assert(certification, assertion)
+
+
+test_optimality.family = "optimality"
