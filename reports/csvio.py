@@ -169,6 +169,7 @@ class Journal:
     def __init__(self, path: Path, signature: str) -> None:
         self.path = path
         self.signature = signature
+        self.rows_written = 0  # finished rows on disk, resumed ones included
         self._fd: int | None = None
 
     def load(self, restart: bool = False) -> dict[int, dict[str, Any]]:
@@ -196,6 +197,7 @@ class Journal:
                 entry = _parse_line(line)
                 if entry is not None and isinstance(entry.get("i"), int):
                     done[entry["i"]] = entry["row"]
+            self.rows_written = len(done)
             if good_end < len(raw):
                 with open(self.path, "r+b") as handle:
                     handle.truncate(good_end)
@@ -211,6 +213,7 @@ class Journal:
         """Record one finished configuration durably; returns the row as it will be reloaded."""
         clean = normalise_row(row)
         self._write({"i": index, "row": clean})
+        self.rows_written += 1
         return clean
 
     def _write(self, entry: Mapping[str, Any]) -> None:

@@ -171,8 +171,10 @@ def sweep_to_csv(
     done = journal.load(restart=restart)
     try:
         rows = run_sweep(func, items, options, journal, done, describe)
-    finally:
-        journal.close()
+    except BaseException:
+        journal.close(remove=journal.rows_written == 0)  # keep it only if it holds a finished row
+        raise
+    journal.close()
     frame = rows_to_frame(rows)
     write_csv_atomic(frame, target.path, {**metadata, "sweep_signature": signature})
     journal.close(remove=True)

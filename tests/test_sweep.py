@@ -159,3 +159,10 @@ def test_kill_9_midway_loses_no_finished_row_and_resumes(tmp_path):
     assert csv.read_bytes() == resumed_bytes, "a resumed sweep and an uninterrupted one give the same bytes"
     frame = pd.read_csv(csv)
     assert frame["x"].tolist() == list(range(16))
+
+
+def test_a_sweep_failing_before_any_row_leaves_no_file(tmp_path):
+    target = CsvTarget(tmp_path / "s.csv")
+    with pytest.raises(SweepError):
+        sweep_to_csv(failing, [3, 1], target, {"command": "t"}, {}, SweepOptions(progress=False))
+    assert list(tmp_path.iterdir()) == []
