@@ -82,7 +82,7 @@ class CertificationSession:
         if key not in self._results:
             run = self.run(fixture)
             if run.error:  # every check on this fixture reports the decoder's failure
-                self._results[key] = {pos: failure(check.name, run, self.config.rates)
+                self._results[key] = {pos: failure(check.name, run, self.config.rates, run.error)
                                       for pos in check.positions(fixture)}
             else:
                 self._results[key] = check.run(run, self.config.rates)
