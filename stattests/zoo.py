@@ -68,9 +68,9 @@ class _Mutant:
 class ResampleFromTarget(_Mutant):
     """On rejection, resample from p instead of the residual normalize(max(p − q, 0)).
 
-    The seed text's warning ("Delete the maximum and use plain p and the whole guarantee
-    vanishes, silently"); the naive rule in many hand-written implementations. Tokens the
-    draft over-proposes are emitted too often: the output lies between q and p.
+    SafeAILab/EAGLE #329: the non-greedy replacement sampled from the target's p, not
+    normalize(max(0, p − q)); the seed text warns of it ("the whole guarantee vanishes,
+    silently"). Tokens the draft over-proposes come out too often: between q and p.
     """
 
     name = "resample-from-p"

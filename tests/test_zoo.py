@@ -1,0 +1,111 @@
+"""The suite checks itself: every buggy decoder of the zoo fails certification.
+
+In the manner of scikit-learn's ``parametrize_with_checks``: each mutant declares
+``expected_failed_checks`` (check -> why it must catch the bug), and those run as strict
+expectations: a declared check that stops catching its mutant breaks the build. The
+reference decoder passes the same certification. The checks that caught each mutant
+are printed at the end of the module (``pytest tests/test_zoo.py``).
+
+The certification here is sized for speed, not for small biases: ``TV`` 0.03 at the
+default false-fail rate (1e-6 per assertion) on the fixtures that tell the mutants
+apart: context-free (the seed's six tokens), position-dependent (an off-by-one between
+draft position and target row), and heterogeneous rows (one row's q used for another).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+import pytest
+
+from stattests.certify import CertConfig, Certificate, certify
+from stattests.checks import CHECKS
+from stattests.contract import load_decoder
+from stattests.reference import NumpyDecoder
+from stattests.zoo import ZOO
+
+TV = 0.03
+SEED = 20261
+FIXTURES = ("seed-six-token", "position-dependent", "heterogeneous")
+CONFIG = CertConfig(tv=TV, seed=SEED)
+
+_CAUGHT: dict[str, str] = {}
+
+
+@lru_cache(maxsize=None)
+def certificate(name: str) -> Certificate:
+    decoder = NumpyDecoder() if name == "reference" else ZOO[name]()
+    return certify(decoder, CONFIG, fixtures=FIXTURES)
+
+
+def _where(cert: Certificate, check: str) -> str:
+    f = cert.frame
+    rows = f[(f["check"] == check) & (f["verdict"] == "fail")]
+    places = sorted({fx + ("-" + pos if pos else "") for fx, pos in zip(rows["fixture"], rows["position"])})
+    return f"{check}[{', '.join(places[:3])}{', ...' if len(places) > 3 else ''}]"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _report(request):
+    """After the module: which checks caught which mutant, in the terminal output."""
+    yield
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None or not _CAUGHT:
+        return
+    reporter.write_line("")
+    reporter.write_line(f"zoo: checks that caught each mutant (TV {TV}, fixtures {', '.join(FIXTURES)})")
+    for name, caught in _CAUGHT.items():
+        reporter.write_line(f"  {name:28s} {caught}")
+
+
+@pytest.mark.parametrize("name", list(ZOO))
+def test_mutant_is_caught(name):
+    cert = certificate(name)
+    declared = ZOO[name].expected_failed_checks
+    failed = cert.failed_checks
+    caught = ", ".join(_where(cert, c) for c in CHECKS if c in failed)
+    _CAUGHT[name] = caught
+    print(f"{name}: caught by {caught}")
+    assert not cert.passed, f"{name} passed certification: no check caught it\n{cert.summary()}"
+    missed = {check: why for check, why in declared.items() if check not in failed}
+    assert not missed, (f"{name}: declared checks no longer catch it: {missed}; it was caught by "
+                        f"{caught or 'nothing'}\n{cert.summary()}")
+
+
+@pytest.mark.parametrize("name, check", [(n, c) for n, cls in ZOO.items() for c in cls.expected_failed_checks],
+                         ids=[f"{n}-{c}" for n, cls in ZOO.items() for c in cls.expected_failed_checks])
+def test_declared_check_catches(name, check):
+    """One item per (mutant, declared check), so ``-k`` can select and a regression names both."""
+    cert = certificate(name)
+    assert check in cert.failed_checks, (f"{check} no longer catches {name} "
+                                         f"({ZOO[name].expected_failed_checks[check]})\n{cert.summary()}")
+
+
+def test_reference_passes_the_same_certification():
+    cert = certificate("reference")
+    assert cert.passed, cert.summary()
+    assert cert.verdicts == {"exact": True, "optimal_acceptance": True, "lossy": False}
+    f = cert.frame
+    assert set(f["fixture"]) == set(FIXTURES)
+    tested = f[f["verdict"] == "pass"]
+    assert (tested["min_detectable_tv"].astype(float) <= TV + 1e-12).any()
+
+
+@pytest.mark.parametrize("name", list(ZOO))
+def test_zoo_entry_is_documented(name):
+    cls = ZOO[name]
+    assert cls.name == name
+    assert cls.expected_failed_checks, f"{name} declares no check that must catch it"
+    unknown = set(cls.expected_failed_checks) - set(CHECKS)
+    assert not unknown, f"{name} declares unknown checks {unknown}; known: {', '.join(CHECKS)}"
+    assert all(why.strip() for why in cls.expected_failed_checks.values())
+    doc = cls.__doc__ or ""
+    assert re.search(r"#\d+|issue 2", doc), f"{name}'s docstring names no issue or PR"
+
+
+@pytest.mark.parametrize("name", list(ZOO))
+def test_zoo_entry_loads_by_spec(name):
+    by_key = load_decoder(f"stattests.zoo:{name}")
+    by_class = load_decoder(f"stattests.zoo:{ZOO[name].__name__}")
+    assert type(by_key) is type(by_class) is ZOO[name]
