@@ -40,10 +40,10 @@ def certificate(name: str) -> Certificate:
 
 
 def _where(cert: Certificate, check: str) -> str:
+    """``exactness×7 (heterogeneous, seed-six-token)``: failed assertions of ``check`` and where."""
     f = cert.frame
     rows = f[(f["check"] == check) & (f["verdict"] == "fail")]
-    places = sorted({fx + ("-" + pos if pos else "") for fx, pos in zip(rows["fixture"], rows["position"])})
-    return f"{check}[{', '.join(places[:3])}{', ...' if len(places) > 3 else ''}]"
+    return f"{check}×{len(rows)} ({', '.join(sorted(set(rows['fixture'])))})"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -53,10 +53,12 @@ def _report(request):
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is None or not _CAUGHT:
         return
-    reporter.write_line("")
-    reporter.write_line(f"zoo: checks that caught each mutant (TV {TV}, fixtures {', '.join(FIXTURES)})")
-    for name, caught in _CAUGHT.items():
-        reporter.write_line(f"  {name:28s} {caught}")
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        reporter.write_line("")
+        reporter.write_line(f"zoo: checks that caught each mutant (TV {TV}, fixtures {', '.join(FIXTURES)})")
+        for name, caught in _CAUGHT.items():
+            reporter.write_line(f"  {name:28s} {caught}")
 
 
 @pytest.mark.parametrize("name", list(ZOO))
@@ -64,7 +66,7 @@ def test_mutant_is_caught(name):
     cert = certificate(name)
     declared = ZOO[name].expected_failed_checks
     failed = cert.failed_checks
-    caught = ", ".join(_where(cert, c) for c in CHECKS if c in failed)
+    caught = "; ".join(_where(cert, c) for c in CHECKS if c in failed)
     _CAUGHT[name] = caught
     print(f"{name}: caught by {caught}")
     assert not cert.passed, f"{name} passed certification: no check caught it\n{cert.summary()}"
