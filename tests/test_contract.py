@@ -1,0 +1,186 @@
+"""The decoder contract: the loader, check_emitted, and the NumPy reference's edge cases."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specgauge_fixtures.pairs import SEED_DRAFT, SEED_TARGET
+from stattests.contract import (BUILTIN_DECODERS, DECODER_ENV, ContractViolation, check_emitted, emitted_lengths,
+                                load_decoder, resolve_spec)
+from stattests.errors import DecoderLoadError, SpecgaugeError
+from stattests.reference import NumpyDecoder, leviathan_verify
+from stattests.sampling import sample_rows
+
+# ---------------------------------------------------------------- the loader
+
+
+def _one_line(exc: pytest.ExceptionInfo) -> str:
+    message = str(exc.value)
+    assert "\n" not in message and "Traceback" not in message
+    return message
+
+
+def test_builtin_short_name_loads_the_reference():
+    assert isinstance(load_decoder("numpy"), NumpyDecoder)
+    assert isinstance(load_decoder("stattests.reference:NumpyDecoder"), NumpyDecoder)
+
+
+def test_environment_selects_the_decoder(monkeypatch):
+    monkeypatch.setenv(DECODER_ENV, "stattests.zoo:accept-all")
+    assert type(load_decoder(None)).__name__ == "AcceptEveryDraft"
+    monkeypatch.delenv(DECODER_ENV)
+    assert isinstance(load_decoder(None), NumpyDecoder)
+
+
+def test_unknown_short_name_lists_the_builtins():
+    with pytest.raises(DecoderLoadError) as exc:
+        load_decoder("nmupy")
+    message = _one_line(exc)
+    assert "'nmupy'" in message
+    assert all(name in message for name in BUILTIN_DECODERS)
+    assert isinstance(exc.value, SpecgaugeError)
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("no_such_module_xyz:Decoder", "cannot import module 'no_such_module_xyz'"),
+    ("stattests.reference:NoSuchDecoder", "has no attribute 'NoSuchDecoder'"),
+    ("collections:OrderedDict", "has no verify method"),
+    ("stattests.contract:PAD", "neither callable nor has a verify method"),
+    ("stattests.certify:CertificationSession", "cannot call"),
+    (":Decoder", "MODULE:NAME"),
+], ids=["import-failure", "missing-attribute", "no-verify", "not-callable", "needs-arguments", "no-module"])
+def test_load_errors_are_one_clear_line(spec, words):
+    with pytest.raises(DecoderLoadError) as exc:
+        load_decoder(spec)
+    assert words in _one_line(exc)
+
+
+def test_resolve_spec_passes_module_name_through():
+    assert resolve_spec("numpy") == BUILTIN_DECODERS["numpy"]
+    assert resolve_spec("pkg.mod:Thing") == "pkg.mod:Thing"
+
+
+# ---------------------------------------------------------------- check_emitted
+
+DRAFTS = np.array([[1, 2, 3], [4, 0, 2]])
+GOOD = np.array([[1, 2, 5, -1], [4, 0, 2, 3]])
+
+
+def test_check_emitted_accepts_a_valid_result():
+    out = check_emitted(GOOD.astype(np.int32), DRAFTS, 6)
+    assert out.dtype == np.int64
+    assert emitted_lengths(out).tolist() == [3, 4]
+
+
+@pytest.mark.parametrize("emitted, words", [
+    ([[1, 2, 5, -1], [4, 0, 2, 3]], "not a numpy array"),
+    (np.array([[1, 2, 5], [4, 0, 2]]), "shape (2, 3), expected (2, 4)"),
+    (GOOD.astype(np.float64), "dtype float64"),
+    (np.where(GOOD == 5, np.nan, GOOD.astype(float)), "dtype float64"),
+    (np.array([[1, 2, 6, -1], [4, 0, 2, 3]]), "token 6 out of range [0, 6) at row 0, position 2"),
+    (np.array([[1, 2, -7, -1], [4, 0, 2, 3]]), "token -7 out of range"),
+    (np.array([[1, -1, 5, -1], [4, 0, 2, 3]]), "token 5 after the -1 padding at row 0, position 2"),
+    (np.array([[-1, -1, -1, -1], [4, 0, 2, 3]]), "row 0 emitted no token"),
+    (np.array([[1, 3, 5, -1], [4, 0, 2, 3]]), "row 0 position 1: emitted 3 inside the accepted prefix but the draft token was 2"),
+], ids=["not-array", "wrong-shape", "float-dtype", "nan", "out-of-range", "negative-token", "garbage-after-pad",
+        "empty-row", "prefix-mismatch"])
+def test_check_emitted_names_the_defect(emitted, words):
+    with pytest.raises(ContractViolation) as exc:
+        check_emitted(emitted, DRAFTS, 6)
+    assert words in str(exc.value)
+
+
+# ---------------------------------------------------------------- the reference's edge cases
+
+
+def _batch(p, q, gamma, n, seed=0):
+    rng = np.random.default_rng(seed)
+    target = np.broadcast_to(p, (n, gamma + 1, p.size)).copy()
+    draft = np.broadcast_to(q, (n, gamma, q.size)).copy()
+    tokens = sample_rows(draft, rng)
+    return target, draft, tokens, rng
+
+
+def _verify(p, q, gamma=3, n=20_000, seed=0):
+    target, draft, tokens, rng = _batch(p, q, gamma, n, seed)
+    out = NumpyDecoder().verify(target, draft, tokens, rng)
+    return check_emitted(out, tokens, p.size), tokens
+
+
+def test_identical_p_and_q_never_reject():
+    p = np.random.default_rng(1).dirichlet(np.ones(8))
+    out, tokens = _verify(p, p)
+    assert (emitted_lengths(out) == 4).all()
+    assert (out[:, :3] == tokens).all()
+
+
+def test_disjoint_supports_always_reject_into_p():
+    p, q = np.r_[0.4, 0.3, 0.2, 0.1, 0, 0, 0, 0], np.r_[0, 0, 0, 0, 0.25, 0.25, 0.25, 0.25]
+    out, _ = _verify(p, q)
+    assert (emitted_lengths(out) == 1).all()  # α = 0
+    counts = np.bincount(out[:, 0], minlength=8) / len(out)
+    assert counts[4:].sum() == 0 and np.abs(counts - p).max() < 0.02
+
+
+def test_one_hot_target_always_emits_its_token():
+    p, q = np.eye(8)[2], np.full(8, 1 / 8)
+    out, tokens = _verify(p, q)
+    emitted = out[out != -1]
+    assert (emitted == 2).all()
+    assert ((emitted_lengths(out) > 1) == (tokens[:, 0] == 2)).all()
+
+
+def test_one_hot_draft_accepts_with_probability_p():
+    p = np.random.default_rng(2).dirichlet(np.ones(8))
+    q = np.eye(8)[5]
+    out, _ = _verify(p, q, gamma=1, n=40_000)
+    accepted = emitted_lengths(out) == 2
+    assert abs(accepted.mean() - p[5]) < 0.01
+    rejected_tokens = out[~accepted, 0]
+    assert (rejected_tokens != 5).all()  # the residual max(p − q, 0) is zero at the drafted token
+
+
+def test_drafted_token_with_zero_target_probability_is_never_accepted():
+    p = np.r_[0.4, 0.3, 0.0, 0.0, 0.2, 0.1]
+    q = np.r_[0.2, 0.2, 0.2, 0.2, 0.1, 0.1]
+    out, tokens = _verify(p, q, gamma=4)
+    lengths = emitted_lengths(out)
+    for k in range(4):
+        reached = lengths > k + 1  # position k accepted
+        assert not np.isin(tokens[reached, k], [2, 3]).any()
+    assert not np.isin(out[out != -1], [2, 3]).any()
+
+
+def test_residual_zero_up_to_rounding_falls_back_to_p():
+    """p = q except for rounding: a forced rejection (u = 1) meets a residual of zero or a
+    single ulp; the result is a valid token of p's support, never NaN or an id ≥ V."""
+    p = np.array([0.1, 0.2, 0.7])
+    q = np.array([1.0, 2.0, 7.0]) / 10.0  # equal to p up to an ulp
+    for pair in ((p, p), (p, q), (q, p)):
+        target = np.broadcast_to(pair[0], (1000, 2, 3)).copy()
+        draft = np.broadcast_to(pair[1], (1000, 1, 3)).copy()
+        tokens = np.full((1000, 1), 2)
+        with np.errstate(all="raise"):
+            out = leviathan_verify(target, draft, tokens, np.ones((1000, 1)), np.random.default_rng(3))
+        out = check_emitted(out, tokens, 3)
+        assert set(out[:, 0]) <= {0, 1, 2}
+
+
+def test_seed_pair_is_exact_at_every_position():
+    out, _ = _verify(SEED_TARGET, SEED_DRAFT, gamma=4, n=100_000)
+    for k in range(5):
+        col = out[:, k][out[:, k] != -1]
+        freq = np.bincount(col, minlength=6) / col.size
+        assert np.abs(freq - SEED_TARGET).max() < 0.01
+
+
+def test_same_seed_same_output_and_inputs_untouched():
+    target, draft, tokens, _ = _batch(SEED_TARGET, SEED_DRAFT, 4, 1000)
+    before = (target.copy(), draft.copy(), tokens.copy())
+    a = NumpyDecoder().verify(target, draft, tokens, np.random.default_rng(11))
+    b = NumpyDecoder().verify(target, draft, tokens, np.random.default_rng(11))
+    c = NumpyDecoder().verify(target, draft, tokens, np.random.default_rng(12))
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
+    for original, now in zip(before, (target, draft, tokens)):
+        assert np.array_equal(original, now)
