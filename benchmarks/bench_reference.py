@@ -1,0 +1,124 @@
+"""Emitted tokens per second: the NumPy reference decoder against the seed's loop.
+
+The baseline is the seed text's ``speculative_step`` / ``one_round`` loop, reimplemented
+here as it is written (one token at a time, ``rng.choice`` for the draft and for the
+residual, γ = 4, the six-token p and q). The reference verifies a batch of rows of the
+same pair; its draft tokens are drawn inside the timed call too (inverse CDF, as the
+harness draws them), so both sides pay for drafting. A second reference benchmark times
+``verify`` alone. The last test prints the ratios (target: ≥ 100×).
+
+Run with ``pytest benchmarks/bench_reference.py --benchmark-enable``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from stattests.reference import NumpyDecoder
+
+TARGET = np.array([0.40, 0.25, 0.15, 0.10, 0.06, 0.04])
+DRAFT = np.array([0.35, 0.30, 0.20, 0.10, 0.03, 0.02])
+GAMMA = 4
+SEED_ROUNDS = 2_000
+BATCH = 100_000
+TARGET_RATIO = 100.0
+
+_RATES: dict[str, float] = {}
+
+
+# ---------------------------------------------------------------- the seed's loop, as written
+
+
+def speculative_step(p, q, rng):
+    x = rng.choice(len(q), p=q)
+    if rng.random() < min(1.0, p[x] / q[x]):
+        return x, True
+    residual = np.maximum(p - q, 0.0)
+    residual /= residual.sum()
+    return rng.choice(len(p), p=residual), False
+
+
+def one_round(rng):
+    for i in range(GAMMA):
+        _, ok = speculative_step(TARGET, DRAFT, rng)
+        if not ok:
+            return i + 1
+    return GAMMA + 1
+
+
+# ---------------------------------------------------------------- timing helpers
+
+
+def _timed(fn, walls: list[float]):
+    def run():
+        start = time.perf_counter()
+        tokens = fn()
+        walls.append(time.perf_counter() - start)
+        return tokens
+    return run
+
+
+def _record(benchmark, key: str, tokens: int, walls: list[float]) -> float:
+    rate = tokens / min(walls)
+    _RATES[key] = rate
+    benchmark.extra_info["emitted_tokens_per_s"] = rate
+    print(f"\n{key}: {rate:,.0f} emitted tokens/s ({tokens:,} tokens, best of {len(walls)} calls)")
+    return rate
+
+
+# ---------------------------------------------------------------- benchmarks
+
+
+@pytest.mark.benchmark(group="emitted tokens per second")
+def test_seed_loop(benchmark):
+    rng = np.random.default_rng(42)
+    walls: list[float] = []
+    tokens = benchmark.pedantic(_timed(lambda: sum(one_round(rng) for _ in range(SEED_ROUNDS)), walls),
+                                rounds=3, iterations=1)
+    _record(benchmark, "seed loop", tokens, walls)
+
+
+def _reference_batch():
+    target = np.broadcast_to(np.tile(TARGET, (GAMMA + 1, 1)), (BATCH, GAMMA + 1, TARGET.size))
+    draft = np.broadcast_to(np.tile(DRAFT, (GAMMA, 1)), (BATCH, GAMMA, DRAFT.size))
+    return target, draft, np.cumsum(DRAFT)
+
+
+@pytest.mark.benchmark(group="emitted tokens per second")
+def test_reference_with_drafting(benchmark):
+    decoder, rng = NumpyDecoder(), np.random.default_rng(42)
+    target, draft, cdf = _reference_batch()
+
+    def draft_and_verify():
+        tokens = np.searchsorted(cdf, rng.random((BATCH, GAMMA)) * cdf[-1], side="right").astype(np.int64)
+        return int((decoder.verify(target, draft, tokens, rng) != -1).sum())
+
+    walls: list[float] = []
+    tokens = benchmark.pedantic(_timed(draft_and_verify, walls), rounds=7, iterations=1, warmup_rounds=1)
+    _record(benchmark, "reference (drafting + verify)", tokens, walls)
+
+
+@pytest.mark.benchmark(group="emitted tokens per second")
+def test_reference_verify_only(benchmark):
+    decoder, rng = NumpyDecoder(), np.random.default_rng(42)
+    target, draft, cdf = _reference_batch()
+    drafts = np.searchsorted(cdf, rng.random((BATCH, GAMMA)) * cdf[-1], side="right").astype(np.int64)
+    walls: list[float] = []
+    tokens = benchmark.pedantic(_timed(lambda: int((decoder.verify(target, draft, drafts, rng) != -1).sum()), walls),
+                                rounds=7, iterations=1, warmup_rounds=1)
+    _record(benchmark, "reference (verify only)", tokens, walls)
+
+
+def test_speedup_over_the_seed_loop():
+    """Side by side, from the same run: the ratios of emitted tokens per second."""
+    needed = ("seed loop", "reference (drafting + verify)", "reference (verify only)")
+    if not all(k in _RATES for k in needed):
+        pytest.skip("run the whole file: the ratio needs the three benchmarks above")
+    base = _RATES["seed loop"]
+    lines = [f"{k}: {_RATES[k]:,.0f} tokens/s = {_RATES[k] / base:,.0f}x the seed loop" for k in needed]
+    print("\n" + "\n".join(lines))
+    ratio = _RATES["reference (drafting + verify)"] / base
+    assert ratio >= TARGET_RATIO, f"reference only {ratio:.0f}x the seed loop (target {TARGET_RATIO:.0f}x)"
