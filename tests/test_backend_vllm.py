@@ -256,7 +256,7 @@ def test_certify_probabilistic_mode(vllm_decoder):
 
 def test_certify_one_hot_mode(onehot_decoder):
     """draft_probs=None: exact, but acceptance Σ q·p falls below 1 − TV, so the law fails."""
-    cert = _certify(onehot_decoder)
+    cert = _certify(onehot_decoder, fixtures=["seed-six-token", "heterogeneous"])
     assert cert.verdicts["exact"], cert.summary()
     assert not cert.verdicts["optimal_acceptance"], cert.summary()
     assert cert.acceptance_direction() == "below"
