@@ -67,10 +67,11 @@ def validate_probs(probs: np.ndarray, name: str = "probs", atol: float = 1e-6) -
         raise InvalidDistributionError(f"{name} contains NaN or infinity")
     if (arr < 0).any():
         raise InvalidDistributionError(f"{name} has a negative entry ({arr.min():.3g})")
-    sums = arr.sum(axis=-1)
-    worst = float(np.max(np.abs(sums - 1.0)))
-    if worst > atol:
-        raise InvalidDistributionError(f"{name} is not normalised: a row sums to {1.0 + worst:.9g} (tolerance {atol:g})")
+    sums = np.atleast_1d(arr.sum(axis=-1))
+    worst = int(np.argmax(np.abs(sums - 1.0)))
+    if abs(sums[worst] - 1.0) > atol:
+        raise InvalidDistributionError(
+            f"{name} is not normalised: a row sums to {sums[worst]:.9g} (tolerance {atol:g})")
     return arr
 
 

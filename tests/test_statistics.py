@@ -161,8 +161,6 @@ def test_invalid_distributions_are_rejected(probs, words):
             min_num_samples_for_goodness_of_fit(0.05, probs)
 
 
-@pytest.mark.xfail(strict=True, reason="validate_probs reports 1 + |sum - 1| as the row sum: 1.1 for a row "
-                                       "summing to 0.9 (stattests/statistics.py, validate_probs)")
 def test_invalid_distribution_error_is_a_value_error_echoing_the_value():
     with pytest.raises(ValueError, match="sums to 0.9"):
         validate_probs(np.r_[0.5, 0.4])
