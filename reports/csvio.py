@@ -109,9 +109,14 @@ def normalise_row(row: Mapping[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(dict(row), default=_to_builtin))
 
 
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
+
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; a report is as readable as any file
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
