@@ -136,3 +136,12 @@ def test_missing_torch_raises_import_error_naming_it(monkeypatch):
     monkeypatch.setattr(torch_decoder, "torch", None)
     with pytest.raises(ImportError, match="torch"):
         TorchDecoder()
+
+
+def test_thread_setting_is_restored_and_validated():
+    _, _, target, draft, tokens = _round(100)
+    before = torch.get_num_threads()
+    TorchDecoder(num_threads=1).verify(target, draft, tokens, np.random.default_rng(0))
+    assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="num_threads"):
+        TorchDecoder(num_threads=0)
