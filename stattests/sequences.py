@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .generate import NextTokenModel
+from .statistics import expected_tokens_per_pass  # noqa: F401  (the law, re-exported beside α_k)
 
 
 def all_sequences(vocab_size: int, length: int) -> np.ndarray:
@@ -72,11 +73,6 @@ def position_acceptance(length_probs: np.ndarray) -> np.ndarray:
     """α_k = P(draft k accepted | drafts 1..k−1 accepted), from P(N = n), n = 1..γ+1."""
     tail = np.cumsum(length_probs[::-1])[::-1]  # P(N >= n)
     return tail[1:] / np.where(tail[:-1] > 0, tail[:-1], 1.0)
-
-
-def expected_tokens_per_pass(alphas: np.ndarray) -> float:
-    """The law with position-dependent acceptance: E[N] = 1 + Σ_k Π_{i≤k} α_i."""
-    return float(1.0 + np.cumprod(alphas).sum())
 
 
 def length_counts(lengths: np.ndarray, gamma: int) -> np.ndarray:
