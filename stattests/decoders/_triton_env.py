@@ -75,7 +75,7 @@ def prepare(purpose: str) -> TritonEnv:
     if has_gpu:
         env = TritonEnv(device="cuda", interpret=False)
     else:
-        already = [m for m in _KERNEL_MODULES if m in sys.modules]
+        already = [m for m in _KERNEL_MODULES if sys.modules.get(m) is not None]
         if already and os.environ.get("TRITON_INTERPRET") != "1":
             raise ImportError(
                 f"{purpose}: {', '.join(already)} was imported before specgauge could set "
@@ -89,14 +89,10 @@ def prepare(purpose: str) -> TritonEnv:
     if not hasattr(triton, "jit"):
         raise ImportError(f"{purpose}: `import triton` gave a module without triton.jit (half-installed?)")
     if env.interpret:
-        try:
-            from triton import knobs
-
-            if not knobs.runtime.interpret:
-                raise ImportError(f"{purpose}: triton ignores TRITON_INTERPRET=1 (triton {triton.__version__})")
-        except ImportError as exc:
-            if "ignores" in str(exc):
-                raise
+        knobs = getattr(triton, "knobs", None)
+        runtime = getattr(knobs, "runtime", None)
+        if runtime is not None and not getattr(runtime, "interpret", True):
+            raise ImportError(f"{purpose}: triton {triton.__version__} ignores TRITON_INTERPRET=1")
     _ENV = env
     return env
 
