@@ -78,6 +78,19 @@ def test_assisted_generation_samples_the_targets_sequence_distribution(llama_pai
     assert not control.passed, control.describe()
 
 
+def test_assisted_generation_with_hf_default_schedule_is_exact(record_property):
+    """HF's defaults: γ starts at 20, the heuristic schedule moves it between rounds and
+    calls, and drafting stops early below the assistant's confidence threshold (0.4)."""
+    target, draft = tiny_llama_pair(TinyLlamaSpec(vocab_size=8, draft_noise=0.05, seed=0))
+    prompt = torch.tensor(PROMPT)
+    exact = hf_sequence_distribution(target, prompt, 3)
+    tokens = sample_generate(target, prompt, new_tokens=3, num_sequences=N_SEQUENCES // 3, seed=2,
+                             assistant_model=draft)
+    result = goodness_of_fit(sequence_counts(tokens, 8), exact)
+    _report(record_property, "hf_assisted_default_schedule", result)
+    assert result.passed, result.describe()
+
+
 def _gemma4_pair(initializer_range: float):
     from transformers import (Gemma4AssistantConfig, Gemma4AssistantForCausalLM, Gemma4ForCausalLM,
                               Gemma4TextConfig)
