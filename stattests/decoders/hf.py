@@ -168,6 +168,11 @@ def tiny_llama_pair(spec: TinyLlamaSpec = TinyLlamaSpec()) -> tuple[Any, Any]:
     return target, draft
 
 
+def vocab_size(model: Any) -> int:
+    """The vocabulary of a causal LM, also for composite configs (Gemma-4's assistant)."""
+    return int(model.config.get_text_config().vocab_size)
+
+
 def _check_models(prompt: "torch.Tensor", *models: Any) -> None:
     """Clear errors for a model on another device than the prompt, or a 2-D prompt missing."""
     if prompt.ndim != 2 or prompt.shape[0] != 1:
@@ -202,7 +207,7 @@ def hf_sequence_distribution(model: Any, prompt: "torch.Tensor", length: int) ->
     from ..sequences import all_sequences
 
     _check_models(prompt, model)
-    vocab = model.config.vocab_size
+    vocab = vocab_size(model)
     probs = np.ones(1)
     for t in range(length):
         prefixes = torch.from_numpy(all_sequences(vocab, t)) if t else torch.zeros((1, 0), dtype=torch.long)
@@ -228,10 +233,10 @@ def sample_generate(
     """
     torch = _require("torch")
     _check_models(prompt, model, *([assistant_model] if assistant_model is not None else []))
-    if assistant_model is not None and assistant_model.config.vocab_size > model.config.vocab_size:
+    if assistant_model is not None and vocab_size(assistant_model) > vocab_size(model):
         raise ValueError(
-            f"assistant vocabulary {assistant_model.config.vocab_size} is larger than the target's "
-            f"{model.config.vocab_size}: its token ids would mean nothing to the target"
+            f"assistant vocabulary {vocab_size(assistant_model)} is larger than the target's "
+            f"{vocab_size(model)}: its token ids would mean nothing to the target"
         )
     out = np.empty((num_sequences, new_tokens), dtype=np.int64)
     start = prompt.shape[1]
