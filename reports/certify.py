@@ -6,7 +6,8 @@ import argparse
 import os
 import sys
 
-from stattests.certify import CertConfig, certify
+from stattests.certify import CertConfig, certify, default_tv
+from stattests.contract import decoder_name, load_decoder
 from stattests.checks import CHECKS
 from stattests.errors import SpecgaugeError
 from specgauge_fixtures.pairs import FIXTURES
@@ -19,7 +20,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--decoder", default=None,
                         help="short name (numpy, torch, hf, vllm, sglang, ...) or MODULE:NAME; "
                              "default $SPECGAUGE_DECODER, else numpy")
-    parser.add_argument("--tv", type=float, default=0.005, help="TV that must be detectable (default 0.005)")
+    parser.add_argument("--tv", type=float, default=None,
+                        help="TV that must be detectable (default 0.005, or the coarser one a slow decoder declares)")
     parser.add_argument("--false-fail", type=float, default=1e-6, help="false-fail rate per assertion (default 1e-6)")
     parser.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
     parser.add_argument("--check", action="append", choices=list(CHECKS), help="only these checks (repeatable)")
@@ -41,8 +43,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.csv == "reports/certificate.csv":
         os.makedirs("reports", exist_ok=True)
     _check_writable(args.csv)
-    config = CertConfig(tv=args.tv, false_fail=args.false_fail, seed=args.seed)
-    cert = certify(args.decoder, config, checks=args.check, fixtures=args.fixture, progress=sys.stderr.isatty())
+    decoder = load_decoder(args.decoder)
+    config = CertConfig(tv=args.tv or default_tv(decoder), false_fail=args.false_fail, seed=args.seed)
+    print(f"certifying {args.decoder or 'numpy'}: samples sized to detect TV {config.tv:g}", file=sys.stderr)
+    cert = certify(decoder, config, checks=args.check, fixtures=args.fixture,
+                   progress=sys.stderr.isatty(), name=decoder_name(args.decoder))
     tmp = f"{args.csv}.tmp"
     cert.to_csv(tmp)
     os.replace(tmp, args.csv)

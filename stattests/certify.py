@@ -20,8 +20,19 @@ from .harness import FixtureRun, RunConfig, rows_for, run_fixture
 from .statistics import (TestResult, min_num_samples_for_goodness_of_fit,
                          min_num_samples_for_ks_uniformity)
 
-COLUMNS = ["decoder", "check", "fixture", "position", "n", "statistic", "pvalue",
+FAMILIES = ("exactness", "optimality")
+COLUMNS = ["decoder", "check", "family", "fixture", "position", "n", "statistic", "pvalue",
            "false_fail_rate", "min_detectable_tv", "verdict", "message"]
+
+
+DEFAULT_TV = 0.005
+
+
+def default_tv(decoder: object) -> float:
+    """The TV to size samples for when the user gave none: 0.005, or the coarser
+    ``certification_tv`` a slow decoder declares (a per-row Python call cannot afford
+    millions of rows); an explicit ``--tv`` always wins."""
+    return max(DEFAULT_TV, float(getattr(decoder, "certification_tv", DEFAULT_TV)))
 
 
 @dataclass(frozen=True)
@@ -32,7 +43,7 @@ class CertConfig:
     input per fixture); the certificate reports the TV actually reached.
     """
 
-    tv: float = 0.005
+    tv: float = DEFAULT_TV
     false_fail: float = 1e-6
     false_pass: float = 1e-3
     seed: int = 0
@@ -106,7 +117,8 @@ def _row(name: str, check: Check, fixture: PairFixture, position: int | None, r:
         message = f"observed {r.details['observed_rate']:.4f}, expected {r.details['expected_rate']:.4f}"
     if not message and r.details and "observed_mean" in r.details:
         message = f"observed {r.details['observed_mean']:.4f}, expected {r.details['expected_mean']:.4f}"
-    return {"decoder": name, "check": check.name, "fixture": fixture.name if fixture else "",
+    return {"decoder": name, "check": check.name, "family": check.family,
+            "fixture": fixture.name if fixture else "",
             "position": position_label(check, fixture, position) if fixture else "", "n": r.n,
             "statistic": r.statistic, "pvalue": r.pvalue, "false_fail_rate": r.false_fail_rate,
             "min_detectable_tv": r.min_detectable_tv, "verdict": verdict(r),
@@ -135,8 +147,7 @@ class Certificate:
         return set(self.frame.loc[self.frame["verdict"] == "fail", "check"])
 
     def _family_passed(self, family: str) -> bool:
-        names = {c.name for c in CHECKS.values() if c.family == family}
-        rows = self.frame[self.frame["check"].isin(names)]
+        rows = self.frame[self.frame["family"] == family]
         return bool((rows["verdict"] != "fail").all())
 
     @property
@@ -191,10 +202,11 @@ def plan(fixtures: Iterable[str] | None = None, checks: Iterable[str] | None = N
 
 def certify(decoder: Decoder | str | None = None, config: CertConfig | None = None,
             checks: Iterable[str] | None = None, fixtures: Iterable[str] | None = None,
-            progress: bool = False) -> Certificate:
+            progress: bool = False, name: str | None = None) -> Certificate:
     """Certify ``decoder`` (an object with ``verify``, a short name or MODULE:NAME)."""
     config = config or CertConfig()
-    name = decoder_name(decoder) if decoder is None or isinstance(decoder, str) else type(decoder).__name__
+    if name is None:
+        name = decoder_name(decoder) if decoder is None or isinstance(decoder, str) else type(decoder).__name__
     obj = load_decoder(decoder) if decoder is None or isinstance(decoder, str) else decoder
     unknown = set(checks or ()) - set(CHECKS) | set(fixtures or ()) - set(FIXTURES)
     if unknown:
@@ -211,9 +223,14 @@ def certify(decoder: Decoder | str | None = None, config: CertConfig | None = No
 
 
 def record(session: CertificationSession, result: TestResult, check: str, fixture: str,
-           position: int | str | None) -> None:
-    """Add a row for an assertion computed outside the fixture checks (e.g. whole sequences)."""
+           position: int | str | None, family: str = "exactness") -> None:
+    """Add a row for an assertion computed outside the fixture checks (whole sequences, say).
+
+    ``family`` decides which verdict it counts towards: "exactness" or "optimality".
+    """
+    if family not in FAMILIES:
+        raise SpecgaugeError(f"unknown family {family!r}; choose from {', '.join(FAMILIES)}")
     label = "" if position is None else (position if isinstance(position, str) else f"pos{position}")
-    row = _row(session.name, Check(check, "exactness", None, None, None, ""), None, None, result)  # type: ignore[arg-type]
+    row = _row(session.name, Check(check, family, None, None, None, ""), None, None, result)  # type: ignore[arg-type]
     row.update(fixture=fixture, position=label)
     session.rows.append(row)

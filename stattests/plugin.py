@@ -18,8 +18,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--decoder", default=None,
                     help="decoder to certify: a built-in short name (numpy, torch, hf, vllm, ...) or "
                          "MODULE:NAME; default $SPECGAUGE_DECODER, else numpy")
-    group.addoption("--tv", type=float, default=0.005,
-                    help="TV discrepancy that must be detectable (sets the sample size; default 0.005)")
+    group.addoption("--tv", type=float, default=None,
+                    help="TV discrepancy that must be detectable (sets the sample size; default 0.005, "
+                         "or the coarser certification_tv a slow decoder declares)")
     group.addoption("--false-fail", type=float, default=1e-6,
                     help="false-fail rate of each assertion (default 1e-6)")
     group.addoption("--seed", type=int, default=0, help="root seed of every random stream (default 0)")
@@ -31,16 +32,16 @@ def _session(config: pytest.Config):
     """The certification session, created on first use (loads the decoder then)."""
     session = config.stash.get(_SESSION_KEY, None)
     if session is None:
-        from .certify import CertConfig, CertificationSession
+        from .certify import CertConfig, CertificationSession, default_tv
         from .contract import BUILTIN_DECODERS, decoder_name, load_decoder
         from .errors import DecoderLoadError, SpecgaugeError
 
         spec = config.getoption("decoder")
         name = decoder_name(spec)
         try:
-            cert = CertConfig(tv=config.getoption("tv"), false_fail=config.getoption("false_fail"),
-                              seed=config.getoption("seed"))
             decoder = load_decoder(spec)
+            tv = config.getoption("tv") or default_tv(decoder)
+            cert = CertConfig(tv=tv, false_fail=config.getoption("false_fail"), seed=config.getoption("seed"))
         except DecoderLoadError as exc:
             missing = name in BUILTIN_DECODERS and "missing" in str(exc) or "cannot import" in str(exc)
             session = (pytest.skip if missing and name in BUILTIN_DECODERS else pytest.fail, str(exc))
@@ -81,11 +82,15 @@ def cert_config(certification):
 
 @pytest.fixture(scope="session")
 def check_result(certification):
-    """``check_result(result, check=, fixture=, position=)``: record a row and assert it passed."""
+    """``check_result(result, check=, fixture=, position=, family=)``: record a row, assert it passed.
+
+    ``family`` is "exactness" (the default) or "optimality" (acceptance and the law).
+    """
     from .certify import record
 
-    def check(result, *, check: str, fixture: str, position: int | str | None = None) -> None:
-        record(certification, result, check, fixture, position)
+    def check(result, *, check: str, fixture: str, position: int | str | None = None,
+              family: str = "exactness") -> None:
+        record(certification, result, check, fixture, position, family)
         assert result.passed, result.describe() + _error(result)
 
     return check
@@ -121,6 +126,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         return
     cert = session.certificate()
     terminalreporter.section("specgauge certificate")
+    terminalreporter.write_line(f"samples sized to detect TV {session.config.tv:g}")
     terminalreporter.write_line(cert.summary())
     path = config.getoption("certificate")
     if path:

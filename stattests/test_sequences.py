@@ -111,4 +111,4 @@ def test_tokens_per_pass_law_with_position_dependent_acceptance(case, generated,
     pair = load_toy_lm(case.pair)
     alphas = position_acceptance(first_round_length_distribution(pair.target, pair.draft, pair.prompt, case.gamma))
     outcome = tokens_per_pass_test(result.first_round_lengths, alphas, false_fail_rate=cert_config.false_fail)
-    check_result(outcome, check="sequence-tokens-per-pass", fixture=case.label)
+    check_result(outcome, check="sequence-tokens-per-pass", fixture=case.label, family="optimality")
