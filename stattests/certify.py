@@ -166,13 +166,19 @@ class Certificate:
         rates = failed["message"].str.extract(r"observed ([0-9.]+), expected ([0-9.]+)").astype(float)
         return "above" if (rates[0] > rates[1]).mean() >= 0.5 else "below"
 
+    def _why_not_optimal(self) -> str:
+        direction = self.acceptance_direction()
+        if direction == "equal":
+            return "no (tokens per pass off the law)"
+        return f"no, acceptance {direction} 1 - TV" + (" (more than the per-token rule)" if direction == "above" else "")
+
     def summary(self) -> str:
         f = self.frame
         v = self.verdicts
         lines = [f"decoder {', '.join(sorted(set(f['decoder'])))}: {len(f)} assertions, "
                  f"{int((f['verdict'] == 'fail').sum())} failed",
                  f"  exact: {'yes' if v['exact'] else 'NO'}; optimal acceptance (1 - TV, the law): "
-                 f"{'yes' if v['optimal_acceptance'] else 'no, acceptance ' + self.acceptance_direction() + ' the per-token law'}"]
+                 f"{'yes' if v['optimal_acceptance'] else self._why_not_optimal()}"]
         dist = f[f["check"].isin(["exactness", "pit-id", "pit-ratio"]) & (f["verdict"] != "untested")]
         reached = dist.groupby("fixture")["min_detectable_tv"].median()
         finite = reached[np.isfinite(reached.astype(float))]
