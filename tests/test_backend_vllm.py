@@ -243,6 +243,22 @@ def test_temperature_and_top_k_go_through_vllms_metadata():
     assert abs((out[:, 0] == 0).mean() - 0.70) < 0.13
 
 
+def test_top_k_top_p_sample_expected_target():
+    """vLLM's top-k then top-p cut on the target side samples expected_target (chi-square)."""
+    from scipy.stats import chisquare
+
+    decoder = _decoder("VLLMDecoder", top_k=5, top_p=0.7)
+    rng = np.random.default_rng(8)
+    target, draft, tokens = _batch(P6, Q6, 800, 1, rng)
+    out = check_emitted(decoder.verify(target, draft, tokens, rng), tokens, 6)
+    expected = decoder.expected_target(target[:1])[0, 0]
+    assert np.allclose(expected, [0.5, 0.3125, 0.1875, 0, 0, 0])
+    counts = np.bincount(out[:, 0], minlength=6)
+    support = expected > 0
+    assert counts[~support].sum() == 0, counts
+    assert chisquare(counts[support], expected[support] * counts.sum()).pvalue > 1e-6, counts
+
+
 # ---------------------------------------------------------------- certification
 
 
