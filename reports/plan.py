@@ -10,6 +10,7 @@ without it, and how much concurrency the draft's memory costs.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 import time
 from typing import Any, Sequence
@@ -348,7 +349,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(DEFAULT_SCENARIO if default_scenario else argv)
     if default_scenario:
-        args.plot = True
+        args.plot = importlib.util.find_spec("matplotlib") is not None
+        if not args.plot:
+            print("specgauge plan: matplotlib is not installed, so no figures: pip install 'specgauge[plot]'")
         print("specgauge plan: no arguments, running the default scenario: " + " ".join(DEFAULT_SCENARIO))
     slo = parse_slo(args.slo)
     _check_not_empty(args)
