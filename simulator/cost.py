@@ -1,4 +1,8 @@
-"""Roofline step times: max(bytes / bandwidth, FLOPs / peak) / efficiency + fixed overhead.
+"""Roofline step times: max(bytes / bandwidth / efficiency, FLOPs / peak / mfu) + fixed overhead.
+
+A GPU profile may give one efficiency for both sides of the roofline, or a separate
+``compute_efficiency`` (MFU): the GEMMs of a verification pass over B x (gamma + 1)
+tokens reach a smaller fraction of peak than weight streaming reaches of bandwidth.
 
 Bytes are the weights streamed once per pass plus the KV cache read over the context
 that exists before the pass; FLOPs are 2 x linear parameters per token plus attention
@@ -29,6 +33,7 @@ class PassCost:
     bandwidth: float
     peak_flops: float
     efficiency: float
+    mfu: float
     overhead_s: float
     allreduce_s_per_token: float
     allreduce_fixed_s: float
@@ -51,16 +56,19 @@ class PassCost:
             bandwidth=gpu.bandwidth,
             peak_flops=gpu.peak_flops,
             efficiency=gpu.efficiency,
+            mfu=gpu.mfu,
             overhead_s=gpu.step_overhead_ms * 1e-3,
             allreduce_s_per_token=per_token,
             allreduce_fixed_s=fixed,
         )
 
     def memory_s(self, ctx):
-        return (self.weight_bytes + self.kv_bytes_per_token * ctx) / self.bandwidth
+        """Achieved seconds to stream the weights and read the KV cache."""
+        return (self.weight_bytes + self.kv_bytes_per_token * ctx) / (self.bandwidth * self.efficiency)
 
     def compute_s(self, tokens, attn):
-        return (self.flops_per_token * tokens + self.attn_flops_per_ctx * attn) / self.peak_flops
+        """Achieved seconds of arithmetic."""
+        return (self.flops_per_token * tokens + self.attn_flops_per_ctx * attn) / (self.peak_flops * self.mfu)
 
     def time(self, tokens, ctx, attn):
         """Seconds for a pass over ``tokens`` new tokens reading ``ctx`` cached tokens.
@@ -68,9 +76,9 @@ class PassCost:
         ``attn`` is the sum over new tokens of the context each attends to.
         """
         if isinstance(ctx, np.ndarray):
-            roof = np.maximum(self.memory_s(ctx), self.compute_s(tokens, attn)) / self.efficiency
+            roof = np.maximum(self.memory_s(ctx), self.compute_s(tokens, attn))
         else:
-            roof = max(self.memory_s(ctx), self.compute_s(tokens, attn)) / self.efficiency
+            roof = max(self.memory_s(ctx), self.compute_s(tokens, attn))
         comm = self.allreduce_fixed_s + self.allreduce_s_per_token * tokens if self.allreduce_fixed_s else 0.0
         return roof + self.overhead_s + comm
 
@@ -79,7 +87,7 @@ class PassCost:
 
     def ridge_tokens(self, ctx: float = 0.0) -> float:
         """Batch tokens at which compute time equals memory time (attention ignored)."""
-        return self.memory_s(ctx) * self.peak_flops / self.flops_per_token
+        return self.memory_s(ctx) * self.peak_flops * self.mfu / self.flops_per_token
 
 
 @dataclass(frozen=True)

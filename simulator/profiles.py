@@ -33,16 +33,24 @@ class GPU:
     efficiency: float = 0.7
     step_overhead_ms: float = 0.4
     allreduce_latency_us: float = 10.0
+    compute_efficiency: float | None = None  # MFU of a serving step's GEMMs; None: same as efficiency
 
     def __post_init__(self) -> None:
         for name in ("peak_tflops", "bandwidth_tb_s", "memory_gb", "link_gb_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ConfigError(f"GPU profile {self.name!r}: {name} must be > 0, got {value!r}")
-        if not 0 < self.efficiency <= 1:
-            raise ConfigError(f"GPU profile {self.name!r}: efficiency must be in (0, 1], got {self.efficiency!r}")
+        for name in ("efficiency", "compute_efficiency"):
+            value = getattr(self, name)
+            if value is not None and not 0 < value <= 1:
+                raise ConfigError(f"GPU profile {self.name!r}: {name} must be in (0, 1], got {value!r}")
         if self.step_overhead_ms < 0 or self.allreduce_latency_us < 0:
             raise ConfigError(f"GPU profile {self.name!r}: overheads must be >= 0")
+
+    @property
+    def mfu(self) -> float:
+        """Achieved fraction of peak FLOP/s in a compute-bound pass."""
+        return self.efficiency if self.compute_efficiency is None else self.compute_efficiency
 
     @property
     def peak_flops(self) -> float:
