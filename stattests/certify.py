@@ -212,7 +212,8 @@ def certify(decoder: Decoder | str | None = None, config: CertConfig | None = No
     """Certify ``decoder`` (an object with ``verify``, a short name or MODULE:NAME)."""
     config = config or CertConfig()
     if name is None:
-        name = decoder_name(decoder) if decoder is None or isinstance(decoder, str) else type(decoder).__name__
+        name = (decoder_name(decoder) if decoder is None or isinstance(decoder, str)
+                else str(getattr(decoder, "name", type(decoder).__name__)))
     obj = load_decoder(decoder) if decoder is None or isinstance(decoder, str) else decoder
     unknown = set(checks or ()) - set(CHECKS) | set(fixtures or ()) - set(FIXTURES)
     if unknown:

@@ -182,7 +182,8 @@ def _all_positions(f: PairFixture) -> list[int | None]:
 
 CHECKS: dict[str, Check] = {c.name: c for c in [
     Check("contract", "exactness", contract, _always, _single,
-          "shape, dtype, -1 padding, tokens in range, prefix = drafts, inputs untouched, no exception"),
+          "shape, dtype, -1 padding, tokens in range and possible under p, prefix = drafts, inputs untouched, "
+          "no exception"),
     Check("exactness", "exactness", exactness, lambda f: not f.greedy, _all_positions,
           "tokens at each position (and the bonus) are distributed as p, given the position is emitted"),
     Check("pit-id", "exactness", _pit("pit_id"), lambda f: not f.greedy, _all_positions,

@@ -43,6 +43,7 @@ BUILTIN_DECODERS: dict[str, str] = {
     "hf": "stattests.decoders.hf:HFDecoder",
     "vllm": "stattests.decoders.vllm:VLLMDecoder",
     "vllm-onehot": "stattests.decoders.vllm:VLLMOneHotDecoder",
+    "vllm-greedy": "stattests.decoders.vllm:VLLMGreedyDecoder",
     "sglang": "stattests.decoders.sglang:SGLangDecoder",
     "sglang-block": "stattests.decoders.sglang:SGLangBlockDecoder",
     "onehot-q": "stattests.decoders.rules:OneHotDraftDecoder",
@@ -151,6 +152,18 @@ def check_emitted(emitted: object, draft_tokens: np.ndarray, vocab_size: int) ->
             f"but the draft token was {draft_tokens[b, k]}"
         )
     return emitted
+
+
+def check_possible(emitted: np.ndarray, target_probs: np.ndarray) -> None:
+    """Every emitted token must have target probability > 0 at its position: an exact
+    decoder emits an impossible token with probability zero, whatever it drew."""
+    rows, cols = np.nonzero(emitted != PAD)
+    impossible = target_probs[rows, cols, emitted[rows, cols]] <= 0.0
+    if impossible.any():
+        i = int(np.argmax(impossible))
+        raise ContractViolation(
+            f"row {rows[i]} position {cols[i]}: emitted token {emitted[rows[i], cols[i]]}, "
+            f"which the target gives probability 0")
 
 
 def emitted_lengths(emitted: np.ndarray) -> np.ndarray:

@@ -16,7 +16,7 @@ import numpy as np
 
 from specgauge_fixtures.pairs import PairFixture
 
-from .contract import PAD, ContractViolation, Decoder, check_emitted, emitted_lengths
+from .contract import PAD, ContractViolation, Decoder, check_emitted, check_possible, emitted_lengths
 from .sampling import sample_rows
 from .statistics import pit_values, total_variation
 
@@ -117,6 +117,7 @@ def run_fixture(decoder: Decoder, fixture: PairFixture, config: RunConfig) -> Fi
             break
         try:
             emitted = check_emitted(emitted, draft_tokens, vocab)
+            check_possible(emitted, target)
         except ContractViolation as exc:
             error = f"contract violation: {exc}"
             break
