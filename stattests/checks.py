@@ -54,8 +54,8 @@ def _emitted_at(run: FixtureRun, k: int) -> np.ndarray:
 
 
 def contract(run: FixtureRun, rates: Rates) -> dict[int | None, TestResult]:
-    if run.error:
-        return {None: failure("contract", run, rates, run.error)}
+    if run.error or run.reproducibility_error:
+        return {None: failure("contract", run, rates, run.error or run.reproducibility_error)}
     return {None: TestResult("contract", 0.0, 1.0, run.n, rates.false_fail, math.nan)}
 
 
@@ -183,7 +183,7 @@ def _all_positions(f: PairFixture) -> list[int | None]:
 CHECKS: dict[str, Check] = {c.name: c for c in [
     Check("contract", "exactness", contract, _always, _single,
           "shape, dtype, -1 padding, tokens in range and possible under p, prefix = drafts, inputs untouched, "
-          "no exception"),
+          "same seed same output, no exception"),
     Check("exactness", "exactness", exactness, lambda f: not f.greedy, _all_positions,
           "tokens at each position (and the bonus) are distributed as p, given the position is emitted"),
     Check("pit-id", "exactness", _pit("pit_id"), lambda f: not f.greedy, _all_positions,

@@ -21,6 +21,7 @@ from .sampling import sample_rows
 from .statistics import pit_values, total_variation
 
 GREEDY_ROWS = 100_000  # greedy is checked row by row, exactly: no sample size to reach
+REPRO_ROWS = 16  # rows verified twice with the same seed: the output must not change
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,8 @@ class FixtureRun:
     alpha: np.ndarray  # [n, γ] 1 − TV(p, q) per row and position
     greedy_mismatches: int
     greedy_example: str
-    error: str | None = None
+    error: str | None = None  # fatal: every check on the fixture reports it
+    reproducibility_error: str | None = None  # the contract check reports it; statistics still run
 
 
 def fixture_seed(seed: int, fixture: PairFixture) -> np.random.SeedSequence:
@@ -100,12 +102,14 @@ def run_fixture(decoder: Decoder, fixture: PairFixture, config: RunConfig) -> Fi
     batch_rng, draft_rng, decoder_rng, pit_rng = (
         np.random.default_rng(s) for s in fixture_seed(config.seed, fixture).spawn(4))
     tables = _ContextFreeTables(fixture) if fixture.context_free else None
+    repro_error = _reproducibility_error(decoder, fixture, fixture_seed(config.seed + 1, fixture))
+    error = repro_error if repro_error and repro_error.startswith("verify raised") else None
     rows = min(config.rows, GREEDY_ROWS) if fixture.greedy else config.rows
     parts: dict[str, list[np.ndarray]] = {k: [] for k in ("lengths", "tokens", "pit_id", "pit_ratio", "alpha")}
-    mismatches, example, error = 0, "", None
+    mismatches, example = 0, ""
     step = chunk_rows(fixture, config.chunk_bytes)
     done = 0
-    while done < rows:
+    while done < rows and error is None:
         m = min(step, rows - done)
         target, draft = fixture.batch(m, batch_rng)
         draft_tokens = tables.draft_tokens(m, draft_rng) if tables else sample_rows(draft, draft_rng)
@@ -151,7 +155,24 @@ def run_fixture(decoder: Decoder, fixture: PairFixture, config: RunConfig) -> Fi
     arrays = {k: (np.concatenate(v) if v else np.full((n,) + _shape(k, g), np.nan)) for k, v in parts.items()}
     alpha = np.broadcast_to(fixture.acceptance(), (n, g)) if tables is not None else arrays["alpha"]
     return FixtureRun(fixture, n, arrays["lengths"].astype(np.int64), arrays["tokens"].astype(np.int64),
-                      arrays["pit_id"], arrays["pit_ratio"], alpha, mismatches, example, error)
+                      arrays["pit_id"], arrays["pit_ratio"], alpha, mismatches, example, error,
+                      None if error else repro_error)
+
+
+def _reproducibility_error(decoder: Decoder, fixture: PairFixture, seed: np.random.SeedSequence) -> str | None:
+    """The same inputs and the same seed must give the same output."""
+    batch_seed, decoder_seed = seed.spawn(2)
+    rng = np.random.default_rng(batch_seed)
+    target, draft = fixture.batch(REPRO_ROWS, rng)
+    tokens = sample_rows(draft, rng)
+    try:
+        first, second = (decoder.verify(np.array(target), np.array(draft), tokens.copy(),
+                                        np.random.default_rng(decoder_seed)) for _ in range(2))
+    except Exception as exc:  # reported like any failure of verify
+        return f"verify raised {type(exc).__name__}: {exc}"
+    if not (np.shape(first) == np.shape(second) and np.array_equal(first, second)):
+        return "the same seed gave a different output (verify must draw only from the rng it is given)"
+    return None
 
 
 def _shape(key: str, gamma: int) -> tuple[int, ...]:
