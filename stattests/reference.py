@@ -28,20 +28,21 @@ def leviathan_verify(
     rows = np.arange(batch)
     p_x = np.take_along_axis(target_probs[:, :gamma], draft_tokens[..., None], axis=2)[..., 0]
     q_x = np.take_along_axis(draft_probs, draft_tokens[..., None], axis=2)[..., 0]
-    accepted = uniforms * q_x < p_x
-    n_accepted = np.cumprod(accepted, axis=1).sum(axis=1)
+    rejected_at = ~(uniforms * q_x < p_x)
+    n_accepted = np.where(rejected_at.any(axis=1), rejected_at.argmax(axis=1), gamma)
 
     final_p = target_probs[rows, n_accepted]
     rejected = n_accepted < gamma
     final_q = draft_probs[rows, np.minimum(n_accepted, max(gamma - 1, 0))] if gamma else 0.0
     residual = np.maximum(final_p - np.where(rejected[:, None], final_q, 0.0), 0.0)
     empty = residual.sum(axis=1) <= 0.0
-    residual[empty] = final_p[empty]
+    if empty.any():
+        residual[empty] = final_p[empty]
     final_token = sample_rows(residual, rng)
 
     emitted = np.full((batch, gamma + 1), PAD, dtype=np.int64)
     keep = np.arange(gamma)[None, :] < n_accepted[:, None]
-    emitted[:, :gamma][keep] = draft_tokens[keep]
+    emitted[:, :gamma] = np.where(keep, draft_tokens, PAD)
     emitted[rows, n_accepted] = final_token
     return emitted
 

@@ -14,6 +14,10 @@ def sample_rows(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     flat = probs.reshape(-1, probs.shape[-1])
     cdf = np.cumsum(flat, axis=1)
     u = rng.random(flat.shape[0]) * cdf[:, -1]
-    tokens = (cdf <= u[:, None]).sum(axis=1)
-    last_nonzero = flat.shape[1] - 1 - np.argmax(flat[:, ::-1] > 0, axis=1)
-    return np.minimum(tokens, last_nonzero).reshape(probs.shape[:-1])
+    tokens = np.minimum((cdf <= u[:, None]).sum(axis=1), flat.shape[1] - 1)
+    rows = np.arange(flat.shape[0])
+    stray = flat[rows, tokens] <= 0  # u·total rounded up to total: step back to the last possible token
+    if stray.any():
+        tail = flat[stray]
+        tokens[stray] = tail.shape[1] - 1 - np.argmax(tail[:, ::-1] > 0, axis=1)
+    return tokens.reshape(probs.shape[:-1])
