@@ -170,7 +170,8 @@ class Certificate:
         direction = self.acceptance_direction()
         if direction == "equal":
             return "no (tokens per pass off the law)"
-        return f"no, acceptance {direction} 1 - TV" + (" (more than the per-token rule)" if direction == "above" else "")
+        better = direction == "above" and self._family_passed("exactness")
+        return f"no, acceptance {direction} 1 - TV" + (" (exact, and better than the per-token rule)" if better else "")
 
     def summary(self) -> str:
         f = self.frame
