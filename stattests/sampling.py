@@ -5,15 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 
-def sample_rows(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """One token per row of ``probs`` (shape [..., V], rows need not be normalised).
-
-    Inverse-CDF over the row's cumulative sum; never returns a zero-probability token.
-    One uniform per row, so the cost is a single cumsum over the array.
-    """
+def sample_rows_at(probs: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
+    """One token per row of ``probs`` ([..., V], rows need not be normalised) at the given
+    uniforms: the inverse CDF of the row's cumulative sum; never a zero-probability token."""
     flat = probs.reshape(-1, probs.shape[-1])
     cdf = np.cumsum(flat, axis=1)
-    u = rng.random(flat.shape[0]) * cdf[:, -1]
+    u = np.asarray(uniforms).reshape(-1) * cdf[:, -1]
     tokens = np.minimum((cdf <= u[:, None]).sum(axis=1), flat.shape[1] - 1)
     rows = np.arange(flat.shape[0])
     stray = flat[rows, tokens] <= 0  # u·total rounded up to total: step back to the last possible token
@@ -21,3 +18,8 @@ def sample_rows(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         tail = flat[stray]
         tokens[stray] = tail.shape[1] - 1 - np.argmax(tail[:, ::-1] > 0, axis=1)
     return tokens.reshape(probs.shape[:-1])
+
+
+def sample_rows(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One token per row of ``probs``, one uniform per row from ``rng``."""
+    return sample_rows_at(probs, rng.random(int(np.prod(probs.shape[:-1]))))

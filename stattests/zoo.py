@@ -16,16 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from .contract import PAD
-from .reference import leviathan_verify
-from .sampling import sample_rows
-
-
-def _sample_with(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """Inverse-CDF draw of one token per row of ``probs`` [B, V] (unnormalised) at uniforms ``u`` [B]."""
-    cdf = np.cumsum(probs, axis=1)
-    tokens = (cdf <= (u * cdf[:, -1])[:, None]).sum(axis=1)
-    last_nonzero = probs.shape[1] - 1 - np.argmax(probs[:, ::-1] > 0, axis=1)
-    return np.minimum(tokens, last_nonzero)
+from .reference import accepted_prefix, assemble, final_rows, leviathan_verify
+from .sampling import sample_rows, sample_rows_at
 
 
 def _rule(target_probs, draft_probs, draft_tokens, accept_u, final_u, resample=None) -> np.ndarray:
@@ -33,25 +25,12 @@ def _rule(target_probs, draft_probs, draft_tokens, accept_u, final_u, resample=N
 
     ``resample(final_p, final_q)`` replaces the residual normalize(max(p − q, 0)) when given.
     """
-    batch, gamma = draft_tokens.shape
-    rows = np.arange(batch)
-    p_x = np.take_along_axis(target_probs[:, :gamma], draft_tokens[..., None], axis=2)[..., 0]
-    q_x = np.take_along_axis(draft_probs, draft_tokens[..., None], axis=2)[..., 0]
-    n_accepted = np.cumprod(accept_u * q_x < p_x, axis=1).sum(axis=1)
-    rejected = n_accepted < gamma
-    final_p = target_probs[rows, n_accepted]
-    final_q = np.where(rejected[:, None], draft_probs[rows, np.minimum(n_accepted, gamma - 1)], 0.0)
     if resample is None:
-        dist = np.maximum(final_p - final_q, 0.0)
-        empty = dist.sum(axis=1) <= 0.0
-        dist[empty] = final_p[empty]
-    else:
-        dist = np.where(rejected[:, None], resample(final_p, final_q), final_p)
-    emitted = np.full((batch, gamma + 1), PAD, dtype=np.int64)
-    keep = np.arange(gamma)[None, :] < n_accepted[:, None]
-    emitted[:, :gamma][keep] = draft_tokens[keep]
-    emitted[rows, n_accepted] = _sample_with(dist, final_u)
-    return emitted
+        return leviathan_verify(target_probs, draft_probs, draft_tokens, accept_u, None, final_u)
+    n_accepted = accepted_prefix(target_probs, draft_probs, draft_tokens, accept_u)
+    final_p, final_q, rejected = final_rows(target_probs, draft_probs, n_accepted)
+    dist = np.where(rejected[:, None], resample(final_p, final_q), final_p)
+    return assemble(draft_tokens, n_accepted, sample_rows_at(dist, final_u))
 
 
 class _Mutant:
@@ -144,9 +123,7 @@ class ReusedUniform(_Mutant):
     def verify(self, target_probs, draft_probs, draft_tokens, rng):
         batch, gamma = draft_tokens.shape
         u = rng.random((batch, gamma + 1))  # column γ: the bonus's own uniform
-        q_x = np.take_along_axis(draft_probs, draft_tokens[..., None], axis=2)[..., 0]
-        p_x = np.take_along_axis(target_probs[:, :gamma], draft_tokens[..., None], axis=2)[..., 0]
-        n_accepted = np.cumprod(u[:, :gamma] * q_x < p_x, axis=1).sum(axis=1)
+        n_accepted = accepted_prefix(target_probs, draft_probs, draft_tokens, u[:, :gamma])
         reused = u[np.arange(batch), n_accepted]  # the rejecting uniform, or the bonus's
         return _rule(target_probs, draft_probs, draft_tokens, u[:, :gamma], reused)
 
@@ -273,9 +250,7 @@ class SharedRowRandomness(_Mutant):
         groups = -(-batch // self.group)
         shared = np.repeat(rng.random((groups, gamma + 1)), self.group, axis=0)[:batch]
         final_u = np.repeat(rng.random((groups, gamma + 1)), self.group, axis=0)[:batch]
-        p_x = np.take_along_axis(target_probs[:, :gamma], draft_tokens[..., None], axis=2)[..., 0]
-        q_x = np.take_along_axis(draft_probs, draft_tokens[..., None], axis=2)[..., 0]
-        n_accepted = np.cumprod(shared[:, :gamma] * q_x < p_x, axis=1).sum(axis=1)
+        n_accepted = accepted_prefix(target_probs, draft_probs, draft_tokens, shared[:, :gamma])
         return _rule(target_probs, draft_probs, draft_tokens, shared[:, :gamma],
                      final_u[np.arange(batch), n_accepted])
 
