@@ -18,13 +18,14 @@ import time
 import numpy as np
 import pytest
 
+from stattests.adapter_checks import (all_zero_residual_case, check_inputs_untouched_and_reproducible,
+                                      check_vocabulary_beyond_tile, check_zero_probability_never_emitted,
+                                      seed_example_tokens_per_pass)
 from stattests.contract import check_emitted, load_decoder
 from stattests.errors import DecoderLoadError
 
 CERT_TV = float(os.environ.get("SPECGAUGE_BACKEND_TV", "0.2"))
 FIXTURES = ["seed-six-token", "position-dependent", "heterogeneous"]
-P6 = np.array([0.40, 0.25, 0.15, 0.10, 0.06, 0.04])
-Q6 = np.array([0.35, 0.30, 0.20, 0.10, 0.03, 0.02])
 
 
 def _decoder(cls_name: str):
@@ -69,12 +70,6 @@ def _family(cert, family: str):
     names = {c.name for c in CHECKS.values() if c.family == family}
     return cert.frame[cert.frame["check"].isin(names)]
 
-
-def _batch(p, q, batch, gamma, rng):
-    target = np.broadcast_to(p, (batch, gamma + 1, p.size)).copy()
-    draft = np.broadcast_to(q, (batch, gamma, q.size)).copy()
-    tokens = np.stack([rng.choice(q.size, size=batch, p=q) for _ in range(gamma)], axis=1)
-    return target, draft, tokens
 
 
 # ---------------------------------------------------------------- absent or half-installed
@@ -145,65 +140,30 @@ def test_loader_builds_the_registered_names():
 # ---------------------------------------------------------------- contract, edge cases
 
 
-def test_seed_example_against_the_reference(any_decoder):
-    """Side by side with the NumPy reference: same contract, tokens per pass within noise."""
-    from stattests.reference import NumpyDecoder
-
-    rng = np.random.default_rng(1)
-    target, draft, tokens = _batch(P6, Q6, 400, 2, rng)
-    ours = check_emitted(any_decoder.verify(target, draft, tokens, rng), tokens, 6)
-    ref = check_emitted(NumpyDecoder().verify(target, draft, tokens, rng), tokens, 6)
-    n_ours, n_ref = (ours != -1).sum(1).mean(), (ref != -1).sum(1).mean()
-    # α = 0.9, γ = 2: E[N] = 2.71 for the per-token rule (block verification: at least that)
-    assert abs(n_ref - 2.71) < 0.2 and n_ours > 2.71 - 0.2, (n_ours, n_ref)
+def test_seed_example_against_the_law(any_decoder):
+    """Mean tokens per pass on the seed's pair against (1 − α^(γ+1)) / (1 − α), at 1e-6."""
+    result = seed_example_tokens_per_pass(any_decoder)
+    assert result.passed or result.statistic > 0, result.describe()  # block mode may only beat the law
 
 
 def test_inputs_untouched_and_reproducible(any_decoder):
-    rng = np.random.default_rng(2)
-    target, draft, tokens = _batch(P6, Q6, 64, 3, rng)
-    copies = target.copy(), draft.copy(), tokens.copy()
-    a = any_decoder.verify(target, draft, tokens, np.random.default_rng(7))
-    b = any_decoder.verify(target, draft, tokens, np.random.default_rng(7))
-    assert np.array_equal(a, b)
-    for before, after in zip(copies, (target, draft, tokens)):
-        assert np.array_equal(before, after)
+    check_inputs_untouched_and_reproducible(any_decoder)
 
 
 def test_zero_probability_tokens_are_never_emitted(any_decoder):
-    p = np.r_[0.4, 0.3, 0.0, 0.0, 0.2, 0.1, 0.0, 0.0]
-    q = np.r_[0.2, 0.2, 0.15, 0.15, 0.1, 0.1, 0.05, 0.05]
-    rng = np.random.default_rng(3)
-    target, draft, tokens = _batch(p, q, 300, 2, rng)
-    out = check_emitted(any_decoder.verify(target, draft, tokens, rng), tokens, 8)
-    final = out[np.arange(300), (out != -1).sum(1) - 1]
-    assert (p[final] > 0).all(), np.unique(final)
+    """Logits −inf where p = 0: the kernel keeps them impossible."""
+    check_zero_probability_never_emitted(any_decoder)
 
 
 def test_vocabulary_larger_than_the_kernel_block(any_decoder):
     """V = 10,000 > SGLang's 4096-token CDF tile; the residual lives in the last tile only."""
-    vocab = 10_000
-    p = np.zeros(vocab); p[-8:] = 1 / 8
-    q = np.zeros(vocab); q[:8] = 1 / 8
-    rng = np.random.default_rng(4)
-    target, draft, tokens = _batch(p, q, 40, 1, rng)
-    out = check_emitted(any_decoder.verify(target, draft, tokens, rng), tokens, vocab)
-    assert (out[:, 0] >= vocab - 8).all() and (out[:, 1] == -1).all(), np.unique(out)
+    check_vocabulary_beyond_tile(any_decoder)
 
-
-def _all_zero_residual_case(vocab: int):
-    """p = q up to float32 rounding and a drafted token p cannot emit: always rejected, and
-    max(p − q, 0) is zero in float32 (in float64 it is 1e-9 on token ``vocab − 4``)."""
-    p = np.zeros(vocab); p[[vocab - 4, vocab - 3]] = 0.5
-    q = np.zeros(vocab); q[vocab - 4] = 0.5 - 1e-9; q[vocab - 3] = 0.5; q[vocab - 2] = 1e-9
-    target = np.broadcast_to(p, (4, 2, vocab)).copy()
-    draft = np.broadcast_to(q, (4, 1, vocab)).copy()
-    tokens = np.full((4, 1), vocab - 2, dtype=np.int64)
-    return p, target, draft, tokens
 
 
 @pytest.mark.parametrize("vocab", [5, 4101])
 def test_all_zero_residual_passes_the_contract(any_decoder, vocab):
-    p, target, draft, tokens = _all_zero_residual_case(vocab)
+    p, target, draft, tokens = all_zero_residual_case(vocab)
     out = check_emitted(any_decoder.verify(target, draft, tokens, np.random.default_rng(5)), tokens, vocab)
     assert (out[:, 1] == -1).all()
     print(f"\nall-zero residual, V={vocab}: {any_decoder.name} emitted {np.unique(out[:, 0]).tolist()}, "
@@ -214,7 +174,7 @@ def test_all_zero_residual_passes_the_contract(any_decoder, vocab):
                    "token V-1 (documented in the kernel), here a token of target probability 0")
 @pytest.mark.parametrize("vocab", [5, 4101])
 def test_all_zero_residual_emits_a_possible_token(any_decoder, vocab):
-    p, target, draft, tokens = _all_zero_residual_case(vocab)
+    p, target, draft, tokens = all_zero_residual_case(vocab)
     out = any_decoder.verify(target, draft, tokens, np.random.default_rng(5))
     assert (p[out[:, 0]] > 0).all(), f"emitted {out[:, 0].tolist()} where p = {p[out[:, 0]].tolist()}"
 
