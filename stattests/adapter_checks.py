@@ -78,3 +78,15 @@ def all_zero_residual_case(vocab: int):
     draft = np.broadcast_to(q, (4, 1, vocab)).copy()
     tokens = np.full((4, 1), vocab - 2, dtype=np.int64)
     return p, target, draft, tokens
+
+
+def all_zero_residual_output(decoder: Decoder, vocab: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(p, emitted)`` for :func:`all_zero_residual_case`, checked against the contract.
+
+    Every draft is rejected, so each row emits exactly one token: the kernel's answer to a
+    residual that is zero in float32, which the caller compares with p.
+    """
+    p, target, draft, tokens = all_zero_residual_case(vocab)
+    out = check_emitted(decoder.verify(target, draft, tokens, np.random.default_rng(5)), tokens, vocab)
+    assert (out[:, 1] == PAD).all(), "a rejected draft must end the round"
+    return p, out
