@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import time
 
-import simulator.engine as engine
-from simulator import IIDAcceptance, SimulationConfig, simulate
+import specgauge.simulator.engine as engine
+from specgauge.simulator import IIDAcceptance, SimulationConfig, simulate
 
 CONFIG = SimulationConfig(gpu="h200", target="qwen3-32b", draft="qwen3-0.6b", gamma=4,
                           acceptance=IIDAcceptance(0.8), batch_size=64, requests=10_000,

@@ -6,7 +6,7 @@ The point is to calibrate a plan on measured numbers. Four spellings:
 * ``0.9,0.8,0.7``: per-position *conditional* rates α_k = P(draft k accepted | drafts
   before it accepted), the α_i of 1 + Σ_k Π_{i≤k} α_i; positions beyond the list are
   left to the simulator's per-position model;
-* ``NAME``: a profile from ``specgauge_fixtures/workloads/acceptance_profiles.json``,
+* ``NAME``: a profile from ``fixtures/workloads/acceptance_profiles.json``,
   each with the workload and publication it was measured on;
 * ``PATH.json``: what ``vllm bench serve --save-result`` writes. vLLM's
   ``spec_decode_per_position_acceptance_rates`` are *unconditional* (accepted at position
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from stattests.errors import SpecgaugeError
+from specgauge.errors import SpecgaugeError
 
 PROFILES_RESOURCE = ("workloads", "acceptance_profiles.json")
 VLLM_PER_POSITION_KEY = "spec_decode_per_position_acceptance_rates"
@@ -54,7 +54,7 @@ class AcceptanceSpec:
 
     def to_model(self) -> Any:
         """The simulator's acceptance model for these rates (imported here, lazily)."""
-        from simulator import IIDAcceptance, PerPositionAcceptance
+        from specgauge.simulator import IIDAcceptance, PerPositionAcceptance
 
         if self.per_position:
             return PerPositionAcceptance(tuple(self.rates))
@@ -71,8 +71,8 @@ def _checked(rates: list[float], origin: str) -> tuple[float, ...]:
 
 
 def load_profiles() -> dict[str, dict[str, Any]]:
-    """The named profiles shipped in ``specgauge_fixtures``."""
-    resource = files("specgauge_fixtures").joinpath(*PROFILES_RESOURCE)
+    """The named profiles shipped in ``specgauge.fixtures``."""
+    resource = files("specgauge.fixtures").joinpath(*PROFILES_RESOURCE)
     return json.loads(resource.read_text(encoding="utf-8"))["profiles"]
 
 

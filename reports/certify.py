@@ -6,11 +6,11 @@ import argparse
 import os
 import sys
 
-from stattests.certify import CertConfig, certify, default_tv
-from stattests.contract import decoder_name, load_decoder
-from stattests.checks import CHECKS
-from stattests.errors import SpecgaugeError
-from specgauge_fixtures.pairs import FIXTURES
+from specgauge.stattests.certify import CertConfig, certify, default_tv
+from specgauge.stattests.contract import decoder_name, load_decoder
+from specgauge.stattests.checks import CHECKS
+from specgauge.errors import SpecgaugeError
+from specgauge.fixtures.pairs import FIXTURES
 
 
 def build_parser() -> argparse.ArgumentParser:

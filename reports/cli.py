@@ -5,13 +5,13 @@ from __future__ import annotations
 import importlib
 import sys
 
-from stattests.errors import SpecgaugeError
+from specgauge.errors import SpecgaugeError
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "plan": ("reports.plan", "sweep the simulator and recommend a speculation setting"),
-    "simulate": ("reports.simulate", "simulate one serving configuration"),
-    "law": ("reports.law", "tokens-per-pass and speed-up curves against acceptance"),
-    "certify": ("reports.certify", "certify a decoder and write the certificate CSV"),
+    "plan": ("specgauge.reports.plan", "sweep the simulator and recommend a speculation setting"),
+    "simulate": ("specgauge.reports.simulate", "simulate one serving configuration"),
+    "law": ("specgauge.reports.law", "tokens-per-pass and speed-up curves against acceptance"),
+    "certify": ("specgauge.reports.certify", "certify a decoder and write the certificate CSV"),
 }
 
 

@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from stattests.errors import SpecgaugeError
+from specgauge.errors import SpecgaugeError
 
 DEFAULT_DIR = Path("reports")
 JOURNAL_SUFFIX = ".partial.jsonl"

@@ -18,9 +18,10 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from stattests.contract import ContractViolation, check_emitted, emitted_lengths, load_decoder
-from stattests.errors import SpecgaugeError
-from stattests.sampling import sample_rows
+from specgauge.stattests.contract import ContractViolation, check_emitted, emitted_lengths, load_decoder
+from specgauge.errors import SpecgaugeError
+from specgauge.laws import tokens_per_pass
+from specgauge.stattests.sampling import sample_rows
 
 from .csvio import CsvTarget, resolve_csv_target, write_csv_atomic
 
@@ -48,14 +49,6 @@ float_list = _number_list(float)
 
 #: Rounds per decoder call, so memory stays O(chunk·γ·V) however many rounds are asked.
 _CHUNK = 50_000
-
-
-def tokens_per_pass(alpha: np.ndarray | float, gamma: np.ndarray | int) -> np.ndarray:
-    """E[N] = (1 − α^(γ+1)) / (1 − α), with its limit γ + 1 at α = 1."""
-    alpha, gamma = np.broadcast_arrays(np.asarray(alpha, float), np.asarray(gamma, float))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        value = (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
-    return np.where(alpha >= 1.0, gamma + 1.0, value)
 
 
 def speedup(alpha: np.ndarray | float, gamma: np.ndarray | int, cost_ratio: float) -> np.ndarray:

@@ -11,9 +11,9 @@ import argparse
 import itertools
 from typing import Any, Callable
 
-from simulator import IIDAcceptance, SimulationConfig
-from simulator.acceptance import AcceptanceModel
-from simulator.errors import ConfigError
+from specgauge.simulator import IIDAcceptance, SimulationConfig
+from specgauge.simulator.acceptance import AcceptanceModel
+from specgauge.errors import ConfigError
 
 
 def _none_or(cast: Callable[[str], Any]) -> Callable[[str], Any]:

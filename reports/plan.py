@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from stattests.errors import SpecgaugeError
+from specgauge.errors import SpecgaugeError
 
 from .acceptance import AcceptanceSpec, parse_acceptance
 from .csvio import CsvTarget, resolve_csv_target, specgauge_version, write_csv_atomic
@@ -305,7 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="service-level objectives as vllm bench serve --goodput takes them, e.g. ttft:200 tpot:50")
     group.add_argument("--acceptance", default=None, metavar="SPEC",
                        help="acceptance instead of --alpha: one α, a per-position list (0.9,0.8,0.7), a profile "
-                       "name from specgauge_fixtures/workloads, or a `vllm bench serve --save-result` JSON")
+                       "name from fixtures/workloads, or a `vllm bench serve --save-result` JSON")
     group.add_argument("--plot", action="store_true", help="write the PNG figures beside the CSV")
     add_sweep_options(parser)
     return parser
@@ -330,7 +330,7 @@ def _check_not_empty(args: argparse.Namespace) -> None:
 
 
 def plan_configs(args: argparse.Namespace, acceptance: AcceptanceSpec | None) -> list[Any]:
-    from simulator import ConfigError
+    from specgauge.simulator import ConfigError
 
     from .options import configs_from_args
 
@@ -365,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
 
         _pyplot()  # refuse --plot without matplotlib before the sweep, not after
 
-    from simulator import simulate
+    from specgauge.simulator import simulate
 
     columns = [c.columns() for c in configs]
     config_columns = list(columns[0])

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from stattests.errors import SpecgaugeError
+from specgauge.errors import SpecgaugeError
 
 
 class PlotError(SpecgaugeError):

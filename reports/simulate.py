@@ -7,8 +7,8 @@ import sys
 
 import pandas as pd
 
-from reports.options import add_simulation_options, configs_from_args
-from simulator import simulate
+from specgauge.reports.options import add_simulation_options, configs_from_args
+from specgauge.simulator import simulate
 
 
 def build_parser() -> argparse.ArgumentParser:

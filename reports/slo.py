@@ -15,7 +15,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from stattests.errors import SpecgaugeError
+from specgauge.errors import SpecgaugeError
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 STATISTICS = ("p99", "mean", "median")

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import pandas as pd
 
-from stattests.errors import SpecgaugeError
+from specgauge.errors import SpecgaugeError
 
 from .csvio import CsvTarget, Journal, rows_to_frame, sweep_signature, write_csv_atomic
 

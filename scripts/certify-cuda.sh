@@ -38,7 +38,7 @@ mkdir -p "$OUT"
 SPECGAUGE_CUDA_TV="$TV" SPECGAUGE_CUDA_OUT="$OUT" python - <<'PY'
 import os, time
 import torch
-from stattests.certify import CertConfig, certify
+from specgauge.stattests.certify import CertConfig, certify
 
 assert torch.cuda.is_available(), "torch sees no CUDA device"
 gpu = torch.cuda.get_device_name(0)
@@ -48,9 +48,9 @@ config = CertConfig(tv=tv, false_fail=1e-6, seed=0)
 print(f"GPU: {gpu}; torch {torch.__version__}; TV {tv}")
 
 def build():
-    from stattests.decoders.torch_decoder import TorchDecoder
-    from stattests.decoders.vllm import VLLMDecoder, VLLMGreedyDecoder, VLLMOneHotDecoder
-    from stattests.decoders.sglang import SGLangBlockDecoder, SGLangDecoder
+    from specgauge.stattests.decoders.torch_decoder import TorchDecoder
+    from specgauge.stattests.decoders.vllm import VLLMDecoder, VLLMGreedyDecoder, VLLMOneHotDecoder
+    from specgauge.stattests.decoders.sglang import SGLangBlockDecoder, SGLangDecoder
     yield "torch", lambda: TorchDecoder(device="cuda"), None
     yield "vllm", VLLMDecoder, None
     yield "vllm-onehot", VLLMOneHotDecoder, None

@@ -4,14 +4,14 @@
 API is the acceptance models, the profile loaders and the memory plan.
 """
 
-from simulator.acceptance import (AcceptanceModel, IIDAcceptance, MarkovAcceptance, PerPositionAcceptance,
+from specgauge.simulator.acceptance import (AcceptanceModel, IIDAcceptance, MarkovAcceptance, PerPositionAcceptance,
                                   PerRequestAcceptance, TraceAcceptance, iid_tokens_per_pass)
-from simulator.config import SimulationConfig
-from simulator.core import memory_plan, simulate
-from simulator.errors import ConfigError
-from simulator.memory import MemoryPlan
-from simulator.policies import POLICY_FORMS, parse_policy
-from simulator.profiles import GPU, Model, known_gpus, known_models, load_gpu, load_model
+from specgauge.simulator.config import SimulationConfig
+from specgauge.simulator.core import memory_plan, simulate
+from specgauge.errors import ConfigError
+from specgauge.simulator.memory import MemoryPlan
+from specgauge.simulator.policies import POLICY_FORMS, parse_policy
+from specgauge.simulator.profiles import GPU, Model, known_gpus, known_models, load_gpu, load_model
 
 __all__ = [
     "AcceptanceModel", "ConfigError", "GPU", "IIDAcceptance", "MarkovAcceptance", "MemoryPlan", "Model",

@@ -18,7 +18,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from simulator.errors import ConfigError
+from specgauge.errors import ConfigError
+from specgauge.laws import tokens_per_pass as iid_tokens_per_pass
 
 
 def _check_probability(name: str, value: float) -> float:
@@ -29,13 +30,6 @@ def _check_probability(name: str, value: float) -> float:
     if not (0.0 <= value <= 1.0):
         raise ConfigError(f"{name} must be in [0, 1], got {value!r}")
     return value
-
-
-def iid_tokens_per_pass(alpha: float, gamma: int) -> float:
-    """(1 - alpha^(gamma+1)) / (1 - alpha): the mean of the truncated geometric plus the bonus."""
-    if alpha >= 1.0:
-        return float(gamma + 1)
-    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
 
 
 class Sampler(Protocol):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from simulator.acceptance import AcceptanceModel, IIDAcceptance
-from simulator.errors import ConfigError
-from simulator.policies import parse_policy
-from simulator.workload import ARRIVALS, LENGTH_DISTRIBUTIONS
+from specgauge.simulator.acceptance import AcceptanceModel, IIDAcceptance
+from specgauge.errors import ConfigError
+from specgauge.simulator.policies import parse_policy
+from specgauge.simulator.workload import ARRIVALS, LENGTH_DISTRIBUTIONS
 
 
 def _positive_int(name: str, value: object, minimum: int = 1) -> None:

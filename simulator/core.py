@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.config import SimulationConfig
-from simulator.cost import PassCost, RoundCost
-from simulator.engine import Engine, EngineParams
-from simulator.errors import ConfigError
-from simulator.memory import MemoryPlan, memory_plan_for
-from simulator.metrics import summarise
-from simulator.policies import NoSpeculation, parse_policy
-from simulator.profiles import load_gpu, load_model
-from simulator.workload import make_workload
+from specgauge.simulator.config import SimulationConfig
+from specgauge.simulator.cost import PassCost, RoundCost
+from specgauge.simulator.engine import Engine, EngineParams
+from specgauge.errors import ConfigError
+from specgauge.laws import tokens_per_pass as iid_tokens_per_pass
+from specgauge.simulator.memory import MemoryPlan, memory_plan_for
+from specgauge.simulator.metrics import summarise
+from specgauge.simulator.policies import NoSpeculation, parse_policy
+from specgauge.simulator.profiles import load_gpu, load_model
+from specgauge.simulator.workload import make_workload
 
 _BASELINE_KEYS = ("output_throughput", "request_throughput", "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms",
                   "mean_e2el_ms", "p99_tpot_ms")
@@ -101,7 +102,7 @@ def simulate(config: SimulationConfig) -> dict[str, float | int | str]:
                 value = acceptance.expected_tokens_per_pass(g)
                 if value is None:
                     alpha = acceptance.mean_alpha if acceptance.mean_alpha is not None else 0.5
-                    value = (g + 1.0) if alpha >= 1 else (1 - alpha ** (g + 1)) / (1 - alpha)
+                    value = iid_tokens_per_pass(alpha, g)
                 cache[g] = float(value)
             return cache[g]
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.profiles import GPU, Model
+from specgauge.simulator.profiles import GPU, Model
 
 
 @dataclass(frozen=True)

@@ -27,10 +27,10 @@ from typing import Callable
 
 import numpy as np
 
-from simulator.acceptance import Sampler
-from simulator.cost import RoundCost
-from simulator.policies import Policy
-from simulator.workload import Workload
+from specgauge.simulator.acceptance import Sampler
+from specgauge.simulator.cost import RoundCost
+from specgauge.simulator.policies import Policy
+from specgauge.simulator.workload import Workload
 
 DONE, ARRIVAL, SCHEDULE = 0, 1, 2   # priorities at equal times: finish, then arrive, then schedule
 MAX_SEGMENT_ROUNDS = 256

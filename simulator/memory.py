@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from simulator.errors import ConfigError
-from simulator.profiles import GPU, Model
+from specgauge.errors import ConfigError
+from specgauge.simulator.profiles import GPU, Model
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.engine import RunStats
-from simulator.workload import Workload
+from specgauge.simulator.engine import RunStats
+from specgauge.simulator.workload import Workload
 
 
 def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:

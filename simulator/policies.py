@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
-from simulator.errors import ConfigError
+from specgauge.errors import ConfigError
 
 POLICY_FORMS = "none | fixed | disable-above:<B> | table:<B:g,B:g,...> | goodput"
 

@@ -1,4 +1,4 @@
-"""GPU and model profiles: data in ``specgauge_fixtures/hardware``, extendable from a user file.
+"""GPU and model profiles: data in ``fixtures/hardware``, extendable from a user file.
 
 Profiles are frozen dataclasses so that a cost or memory model built from them cannot
 drift during a run. A user file (TOML or JSON) has the same ``[gpus.NAME]`` and
@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from simulator.errors import ConfigError
+from specgauge.errors import ConfigError
 
 _DTYPE_BYTES = {"bf16": 2, "fp16": 2, "float16": 2, "bfloat16": 2, "fp8": 1, "fp32": 4, "float32": 4}
 
@@ -143,7 +143,7 @@ def _read_table_file(path: str | Path) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=1)
 def _bundled() -> dict[str, Any]:
-    root = importlib.resources.files("specgauge_fixtures") / "hardware"
+    root = importlib.resources.files("specgauge.fixtures") / "hardware"
     gpus = tomllib.loads((root / "gpus.toml").read_text())["gpus"]
     models = tomllib.loads((root / "models.toml").read_text())["models"]
     return {"gpus": gpus, "models": models}

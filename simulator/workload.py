@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simulator.errors import ConfigError
+from specgauge.errors import ConfigError
 
 ARRIVALS = ("poisson", "gamma", "trace")
 LENGTH_DISTRIBUTIONS = ("fixed", "uniform", "exponential")

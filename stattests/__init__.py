@@ -1,7 +1,7 @@
 """specgauge's correctness gate: the decoder contract, the statistics and the certification suite."""
 
 from .contract import BUILTIN_DECODERS, Decoder, check_emitted, load_decoder
-from .errors import DecoderLoadError, InvalidDistributionError, SpecgaugeError
+from specgauge.errors import DecoderLoadError, InvalidDistributionError, SpecgaugeError
 from .reference import NumpyDecoder
 
 __all__ = [

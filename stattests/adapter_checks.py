@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specgauge_fixtures.pairs import SEED_DRAFT, SEED_TARGET
+from specgauge.fixtures.pairs import SEED_DRAFT, SEED_TARGET
 
 from .contract import PAD, Decoder, check_emitted
 from .statistics import tokens_per_pass_mean_test, total_variation

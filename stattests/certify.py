@@ -11,11 +11,11 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from specgauge_fixtures.pairs import FIXTURES, PairFixture
+from specgauge.fixtures.pairs import FIXTURES, PairFixture
 
 from .checks import CHECKS, Check, Rates, failure, position_label
 from .contract import Decoder, decoder_name, load_decoder
-from .errors import SpecgaugeError
+from specgauge.errors import SpecgaugeError
 from .harness import FixtureRun, RunConfig, rows_for, run_fixture
 from .statistics import (TestResult, min_num_samples_for_goodness_of_fit,
                          min_num_samples_for_ks_uniformity)

@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from specgauge_fixtures.pairs import PairFixture
+from specgauge.fixtures.pairs import PairFixture
 
 from .contract import PAD
 from .harness import FixtureRun

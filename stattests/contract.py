@@ -18,7 +18,7 @@ from typing import Callable, Protocol, runtime_checkable
 
 import numpy as np
 
-from .errors import DecoderLoadError
+from specgauge.errors import DecoderLoadError
 
 PAD = -1
 
@@ -38,17 +38,17 @@ class Decoder(Protocol):
 
 #: Built-in short names and where they live; optional backends import lazily.
 BUILTIN_DECODERS: dict[str, str] = {
-    "numpy": "stattests.reference:NumpyDecoder",
-    "torch": "stattests.decoders.torch_decoder:TorchDecoder",
-    "hf": "stattests.decoders.hf:HFDecoder",
-    "vllm": "stattests.decoders.vllm:VLLMDecoder",
-    "vllm-onehot": "stattests.decoders.vllm:VLLMOneHotDecoder",
-    "vllm-greedy": "stattests.decoders.vllm:VLLMGreedyDecoder",
-    "sglang": "stattests.decoders.sglang:SGLangDecoder",
-    "sglang-block": "stattests.decoders.sglang:SGLangBlockDecoder",
-    "onehot-q": "stattests.decoders.rules:OneHotDraftDecoder",
-    "match": "stattests.decoders.rules:SampleAndMatchDecoder",
-    "typical": "stattests.decoders.rules:TypicalAcceptanceDecoder",
+    "numpy": "specgauge.stattests.reference:NumpyDecoder",
+    "torch": "specgauge.stattests.decoders.torch_decoder:TorchDecoder",
+    "hf": "specgauge.stattests.decoders.hf:HFDecoder",
+    "vllm": "specgauge.stattests.decoders.vllm:VLLMDecoder",
+    "vllm-onehot": "specgauge.stattests.decoders.vllm:VLLMOneHotDecoder",
+    "vllm-greedy": "specgauge.stattests.decoders.vllm:VLLMGreedyDecoder",
+    "sglang": "specgauge.stattests.decoders.sglang:SGLangDecoder",
+    "sglang-block": "specgauge.stattests.decoders.sglang:SGLangBlockDecoder",
+    "onehot-q": "specgauge.stattests.decoders.rules:OneHotDraftDecoder",
+    "match": "specgauge.stattests.decoders.rules:SampleAndMatchDecoder",
+    "typical": "specgauge.stattests.decoders.rules:TypicalAcceptanceDecoder",
 }
 
 DECODER_ENV = "SPECGAUGE_DECODER"

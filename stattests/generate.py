@@ -80,7 +80,7 @@ def speculative_generate(
 
     Drafting and verification draw from independent children of ``rng`` so a decoder
     change never shifts the draft tokens' stream. Every ``verify`` output is checked
-    against the contract (:func:`stattests.contract.check_emitted`) before it is used.
+    against the contract (:func:`specgauge.stattests.contract.check_emitted`) before it is used.
     """
     if target.vocab_size != draft.vocab_size:
         raise ValueError(f"target vocabulary {target.vocab_size} != draft vocabulary {draft.vocab_size}")

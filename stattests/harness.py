@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specgauge_fixtures.pairs import PairFixture
+from specgauge.fixtures.pairs import PairFixture
 
 from .contract import PAD, ContractViolation, Decoder, check_emitted, check_possible, emitted_lengths
 from .sampling import sample_rows

@@ -20,7 +20,8 @@ from typing import Mapping
 import numpy as np
 from scipy import optimize, stats
 
-from .errors import InvalidDistributionError
+from specgauge.errors import InvalidDistributionError
+from specgauge.laws import expected_tokens_per_pass, tokens_per_pass_pmf  # noqa: F401  (re-exported)
 
 DEFAULT_FALSE_FAIL = 1e-6
 DEFAULT_FALSE_PASS = 1e-3
@@ -350,23 +351,6 @@ def min_num_samples_for_acceptance_rate_test(tv: float, alpha: float = 0.5, *,
 
 
 # ---------------------------------------------------------------- tokens per pass
-
-
-def tokens_per_pass_pmf(alphas: np.ndarray) -> np.ndarray:
-    """P(N = n), n = 1 … γ+1, for per-position acceptance α_1 … α_γ (rows of alphas averaged).
-
-    The truncated geometric generalised: P(N = n) = Π_{i<n} α_i · (1 − α_n), P(N = γ+1) = Π α_i.
-    """
-    alphas = np.atleast_2d(np.asarray(alphas, dtype=np.float64))
-    reach = np.concatenate([np.ones((alphas.shape[0], 1)), np.cumprod(alphas, axis=1)], axis=1)
-    stop = np.concatenate([1.0 - alphas, np.ones((alphas.shape[0], 1))], axis=1)
-    return (reach * stop).mean(axis=0)
-
-
-def expected_tokens_per_pass(alphas: np.ndarray) -> float:
-    """E[N] = 1 + Σ_k Π_{i≤k} α_i; (1 − α^(γ+1)) / (1 − α) for a constant α."""
-    alphas = np.atleast_2d(np.asarray(alphas, dtype=np.float64))
-    return float(1.0 + np.cumprod(alphas, axis=1).sum(axis=1).mean())
 
 
 def tokens_per_pass_test(

@@ -1,20 +1,20 @@
-"""The certification suite: ``pytest stattests --decoder NAME`` runs every assertion.
+"""The certification suite: ``pytest stattests --specgauge-decoder NAME`` runs every assertion.
 
 Each test item is one (check, fixture, position); its id reads like
 ``test_exactness[numpy-exactness-seed-six-token-pos0]``. What each check means is in
-``stattests.checks.CHECKS``.
+``specgauge.stattests.checks.CHECKS``.
 """
 
 import pytest
 
-from stattests.checks import CHECKS
-from specgauge_fixtures.pairs import FIXTURES
+from specgauge.stattests.checks import CHECKS
+from specgauge.fixtures.pairs import FIXTURES
 
 
-def _assert(certification, assertion) -> None:
-    check_name, fixture_name, position = assertion
+def _assert(specgauge_certification, specgauge_assertion) -> None:
+    check_name, fixture_name, position = specgauge_assertion
     check, fixture = CHECKS[check_name], FIXTURES[fixture_name]
-    result = certification.assertion(check, fixture, position)
+    result = specgauge_certification.assertion(check, fixture, position)
     if result.n == 0 and result.passed:
         pytest.skip(f"{check_name} on {fixture_name}: no samples, the position it tests is never reached")
     message = f"{check.meaning}\n{result.describe()}"
@@ -23,17 +23,17 @@ def _assert(certification, assertion) -> None:
     assert result.passed, message
 
 
-def test_exactness(certification, assertion):
+def test_exactness(specgauge_certification, specgauge_assertion):
     """Contract, exactness, PIT, independence and greedy checks."""
-    _assert(certification, assertion)
+    _assert(specgauge_certification, specgauge_assertion)
 
 
 test_exactness.family = "exactness"
 
 
-def test_optimality(certification, assertion):
+def test_optimality(specgauge_certification, specgauge_assertion):
     """Acceptance = 1 − TV(p, q) and the tokens-per-pass law (Leviathan's rule only)."""
-    _assert(certification, assertion)
+    _assert(specgauge_certification, specgauge_assertion)
 
 
 test_optimality.family = "optimality"

@@ -16,15 +16,15 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from specgauge_fixtures.toy_lm import load_toy_lm
-from stattests.generate import GenerationResult, speculative_generate
-from stattests.sequences import (
+from specgauge.fixtures.toy_lm import load_toy_lm
+from specgauge.stattests.generate import GenerationResult, speculative_generate
+from specgauge.stattests.sequences import (
     first_round_length_distribution,
     position_acceptance,
     sequence_counts,
     sequence_distribution,
 )
-from stattests.statistics import (
+from specgauge.stattests.statistics import (
     goodness_of_fit,
     min_num_samples_for_goodness_of_fit,
     tokens_per_pass_test,
@@ -77,8 +77,9 @@ def _sample_size(case: Case, decoder, cert_config, exact: np.ndarray) -> int:
 
 
 @pytest.fixture(scope="module")
-def generated(decoder, cert_config):
+def generated(specgauge_decoder, specgauge_cert_config):
     """One generation per case, shared by that case's assertions."""
+    decoder, cert_config = specgauge_decoder, specgauge_cert_config
     cache: dict[Case, tuple[GenerationResult, np.ndarray]] = {}
 
     def run(case: Case) -> tuple[GenerationResult, np.ndarray]:
@@ -97,18 +98,18 @@ def generated(decoder, cert_config):
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.label)
-def test_sequence_distribution_is_exact(case, generated, check_result, cert_config):
+def test_sequence_distribution_is_exact(case, generated, specgauge_check_result, specgauge_cert_config):
     result, exact = generated(case)
     vocab = load_toy_lm(case.pair).vocab_size
     counts = sequence_counts(result.tokens, vocab)
-    outcome = goodness_of_fit(counts, exact, false_fail_rate=cert_config.false_fail)
-    check_result(outcome, check="sequence-exactness", fixture=case.label)
+    outcome = goodness_of_fit(counts, exact, false_fail_rate=specgauge_cert_config.false_fail)
+    specgauge_check_result(outcome, check="sequence-exactness", fixture=case.label)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.label)
-def test_tokens_per_pass_law_with_position_dependent_acceptance(case, generated, check_result, cert_config):
+def test_tokens_per_pass_law_with_position_dependent_acceptance(case, generated, specgauge_check_result, specgauge_cert_config):
     result, _ = generated(case)
     pair = load_toy_lm(case.pair)
     alphas = position_acceptance(first_round_length_distribution(pair.target, pair.draft, pair.prompt, case.gamma))
-    outcome = tokens_per_pass_test(result.first_round_lengths, alphas, false_fail_rate=cert_config.false_fail)
-    check_result(outcome, check="sequence-tokens-per-pass", fixture=case.label, family="optimality")
+    outcome = tokens_per_pass_test(result.first_round_lengths, alphas, false_fail_rate=specgauge_cert_config.false_fail)
+    specgauge_check_result(outcome, check="sequence-tokens-per-pass", fixture=case.label, family="optimality")

@@ -18,18 +18,18 @@ import time
 import numpy as np
 import pytest
 
-from stattests.adapter_checks import (all_zero_residual_output, check_inputs_untouched_and_reproducible,
+from specgauge.stattests.adapter_checks import (all_zero_residual_output, check_inputs_untouched_and_reproducible,
                                       check_vocabulary_beyond_tile, check_zero_probability_never_emitted,
                                       seed_example_tokens_per_pass)
-from stattests.contract import load_decoder
-from stattests.errors import DecoderLoadError
+from specgauge.stattests.contract import load_decoder
+from specgauge.errors import DecoderLoadError
 
 CERT_TV = float(os.environ.get("SPECGAUGE_BACKEND_TV", "0.2"))
 FIXTURES = ["seed-six-token", "position-dependent", "heterogeneous"]
 
 
 def _decoder(cls_name: str):
-    from stattests.decoders import sglang as adapter
+    from specgauge.stattests.decoders import sglang as adapter
 
     try:
         return getattr(adapter, cls_name)()
@@ -53,7 +53,7 @@ def block_decoder():
 
 
 def _certify(decoder, fixtures=FIXTURES, tv=CERT_TV):
-    from stattests.certify import CertConfig, certify
+    from specgauge.stattests.certify import CertConfig, certify
 
     start = time.perf_counter()
     cert = certify(decoder, CertConfig(tv=tv, false_fail=1e-6, seed=0), fixtures=fixtures)
@@ -65,7 +65,7 @@ def _certify(decoder, fixtures=FIXTURES, tv=CERT_TV):
 
 
 def _family(cert, family: str):
-    from stattests.checks import CHECKS
+    from specgauge.stattests.checks import CHECKS
 
     names = {c.name for c in CHECKS.values() if c.family == family}
     return cert.frame[cert.frame["check"].isin(names)]
@@ -88,12 +88,12 @@ _TRY = """
     for dep in ("torch", "triton"):
         if importlib.util.find_spec(dep) is None:
             print("SKIP", dep); sys.exit(0)
-    from stattests.decoders.sglang import SGLangBlockDecoder
+    from specgauge.stattests.decoders.sglang import SGLangBlockDecoder
     try:
         SGLangBlockDecoder()
     except ImportError as exc:
         print("IMPORTERROR", exc)
-    from stattests.contract import load_decoder
+    from specgauge.stattests.contract import load_decoder
     try:
         load_decoder("sglang")
     except Exception as exc:

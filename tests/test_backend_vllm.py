@@ -18,19 +18,19 @@ import time
 import numpy as np
 import pytest
 
-from stattests.adapter_checks import (all_zero_residual_output, batch, check_inputs_untouched_and_reproducible,
+from specgauge.stattests.adapter_checks import (all_zero_residual_output, batch, check_inputs_untouched_and_reproducible,
                                       check_vocabulary_beyond_tile, check_zero_probability_never_emitted,
                                       seed_example_tokens_per_pass)
-from specgauge_fixtures.pairs import SEED_DRAFT, SEED_TARGET
-from stattests.contract import check_emitted, load_decoder
-from stattests.errors import DecoderLoadError
+from specgauge.fixtures.pairs import SEED_DRAFT, SEED_TARGET
+from specgauge.stattests.contract import check_emitted, load_decoder
+from specgauge.errors import DecoderLoadError
 
 CERT_TV = float(os.environ.get("SPECGAUGE_BACKEND_TV", "0.2"))
 FIXTURES = ["seed-six-token", "position-dependent", "heterogeneous"]
 
 
 def _decoder(cls_name: str, **options):
-    from stattests.decoders import vllm as adapter
+    from specgauge.stattests.decoders import vllm as adapter
 
     try:
         return getattr(adapter, cls_name)(**options)
@@ -54,7 +54,7 @@ def greedy_decoder():
 
 
 def _certify(decoder, fixtures=FIXTURES, checks=None):
-    from stattests.certify import CertConfig, certify
+    from specgauge.stattests.certify import CertConfig, certify
 
     start = time.perf_counter()
     cert = certify(decoder, CertConfig(tv=CERT_TV, false_fail=1e-6, seed=0), checks=checks, fixtures=fixtures)
@@ -66,7 +66,7 @@ def _certify(decoder, fixtures=FIXTURES, checks=None):
 
 
 def _family(cert, family: str):
-    from stattests.checks import CHECKS
+    from specgauge.stattests.checks import CHECKS
 
     names = {c.name for c in CHECKS.values() if c.family == family}
     return cert.frame[cert.frame["check"].isin(names)]
@@ -94,12 +94,12 @@ def test_half_installed_vllm_names_the_failed_import(tmp_path):
         for dep in ("torch", "triton"):
             if importlib.util.find_spec(dep) is None:
                 print("SKIP", dep); sys.exit(0)
-        from stattests.decoders.vllm import VLLMDecoder
+        from specgauge.stattests.decoders.vllm import VLLMDecoder
         try:
             VLLMDecoder()
         except ImportError as exc:
             print("IMPORTERROR", exc)
-        from stattests.contract import load_decoder
+        from specgauge.stattests.contract import load_decoder
         try:
             load_decoder("vllm")
         except Exception as exc:
@@ -120,7 +120,7 @@ def test_missing_vllm_is_an_import_error_naming_vllm(tmp_path):
             if importlib.util.find_spec(dep) is None:
                 print("SKIP", dep); sys.exit(0)
         sys.modules["vllm"] = None  # as if not installed
-        from stattests.decoders.vllm import VLLMOneHotDecoder
+        from specgauge.stattests.decoders.vllm import VLLMOneHotDecoder
         try:
             VLLMOneHotDecoder()
         except ImportError as exc:

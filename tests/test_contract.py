@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specgauge_fixtures.pairs import SEED_DRAFT, SEED_TARGET
-from stattests.contract import (BUILTIN_DECODERS, DECODER_ENV, ContractViolation, check_emitted, emitted_lengths,
+from specgauge.fixtures.pairs import SEED_DRAFT, SEED_TARGET
+from specgauge.stattests.contract import (BUILTIN_DECODERS, DECODER_ENV, ContractViolation, check_emitted, emitted_lengths,
                                 load_decoder, resolve_spec)
-from stattests.errors import DecoderLoadError, SpecgaugeError
-from stattests.reference import NumpyDecoder, leviathan_verify
-from stattests.sampling import sample_rows
+from specgauge.errors import DecoderLoadError, SpecgaugeError
+from specgauge.stattests.reference import NumpyDecoder, leviathan_verify
+from specgauge.stattests.sampling import sample_rows
 
 # ---------------------------------------------------------------- the loader
 
@@ -23,11 +23,11 @@ def _one_line(exc: pytest.ExceptionInfo) -> str:
 
 def test_builtin_short_name_loads_the_reference():
     assert isinstance(load_decoder("numpy"), NumpyDecoder)
-    assert isinstance(load_decoder("stattests.reference:NumpyDecoder"), NumpyDecoder)
+    assert isinstance(load_decoder("specgauge.stattests.reference:NumpyDecoder"), NumpyDecoder)
 
 
 def test_environment_selects_the_decoder(monkeypatch):
-    monkeypatch.setenv(DECODER_ENV, "stattests.zoo:accept-all")
+    monkeypatch.setenv(DECODER_ENV, "specgauge.stattests.zoo:accept-all")
     assert type(load_decoder(None)).__name__ == "AcceptEveryDraft"
     monkeypatch.delenv(DECODER_ENV)
     assert isinstance(load_decoder(None), NumpyDecoder)
@@ -44,10 +44,10 @@ def test_unknown_short_name_lists_the_builtins():
 
 @pytest.mark.parametrize("spec, words", [
     ("no_such_module_xyz:Decoder", "cannot import module 'no_such_module_xyz'"),
-    ("stattests.reference:NoSuchDecoder", "has no attribute 'NoSuchDecoder'"),
+    ("specgauge.stattests.reference:NoSuchDecoder", "has no attribute 'NoSuchDecoder'"),
     ("collections:OrderedDict", "has no verify method"),
-    ("stattests.contract:PAD", "neither callable nor has a verify method"),
-    ("stattests.certify:CertificationSession", "cannot call"),
+    ("specgauge.stattests.contract:PAD", "neither callable nor has a verify method"),
+    ("specgauge.stattests.certify:CertificationSession", "cannot call"),
     (":Decoder", "MODULE:NAME"),
 ], ids=["import-failure", "missing-attribute", "no-verify", "not-callable", "needs-arguments", "no-module"])
 def test_load_errors_are_one_clear_line(spec, words):

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specgauge_fixtures.toy_lm import MarkovLM, ToyLMPair, available_toy_lms, load_toy_lm, perturbed_pair
-from stattests.decoders.rules import SampleAndMatchDecoder
-from stattests.generate import speculative_generate
-from stattests.reference import NumpyDecoder
-from stattests.sequences import (
+from specgauge.fixtures.toy_lm import MarkovLM, ToyLMPair, available_toy_lms, load_toy_lm, perturbed_pair
+from specgauge.stattests.decoders.rules import SampleAndMatchDecoder
+from specgauge.stattests.generate import speculative_generate
+from specgauge.stattests.reference import NumpyDecoder
+from specgauge.stattests.sequences import (
     all_sequences,
     expected_tokens_per_pass,
     first_round_length_distribution,
@@ -18,8 +18,8 @@ from stattests.sequences import (
     sequence_distribution,
     sequence_index,
 )
-from stattests.statistics import goodness_of_fit, tokens_per_pass_pmf
-from stattests.zoo import BonusFromDraft, ResampleFromTarget
+from specgauge.stattests.statistics import goodness_of_fit, tokens_per_pass_pmf
+from specgauge.stattests.zoo import BonusFromDraft, ResampleFromTarget
 
 
 def test_shipped_toy_lms_load_from_package_data_and_span_the_acceptance_range():

@@ -17,14 +17,14 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from stattests.decoders.hf import (  # noqa: E402
+from specgauge.stattests.decoders.hf import (  # noqa: E402
     TinyLlamaSpec,
     hf_sequence_distribution,
     sample_generate,
     tiny_llama_pair,
 )
-from stattests.sequences import sequence_counts  # noqa: E402
-from stattests.statistics import goodness_of_fit  # noqa: E402
+from specgauge.stattests.sequences import sequence_counts  # noqa: E402
+from specgauge.stattests.statistics import goodness_of_fit  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

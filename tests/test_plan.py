@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from reports import cli, plan
-from reports.slo import parse_slo
+from specgauge.reports import cli, plan
+from specgauge.reports.slo import parse_slo
 
 SMALL = ["--gamma", "0,2,4", "--batch-size", "1,16,256", "--requests", "40", "--output-len", "64", "--no-progress"]
 
@@ -111,7 +111,7 @@ def test_default_scenario_is_the_seed_deployment():
 
 
 def test_an_interrupted_plan_resumes_without_recomputing(small_run, tmp_path, monkeypatch, capsys):
-    import simulator
+    from specgauge import simulator
 
     real, calls = simulator.simulate, []
 

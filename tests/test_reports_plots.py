@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from reports.plots import pareto_front, plot_plan  # noqa: E402
+from specgauge.reports.plots import pareto_front, plot_plan  # noqa: E402
 
 
 def test_pareto_front_keeps_only_undominated_points():

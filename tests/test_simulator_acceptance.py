@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from simulator import (ConfigError, IIDAcceptance, MarkovAcceptance, PerPositionAcceptance, PerRequestAcceptance,
+from specgauge.simulator import (ConfigError, IIDAcceptance, MarkovAcceptance, PerPositionAcceptance, PerRequestAcceptance,
                        TraceAcceptance)
 
 FALSE_FAIL = 1e-6

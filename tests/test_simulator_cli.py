@@ -6,9 +6,9 @@ import argparse
 
 import pytest
 
-from reports.cli import main as cli_main
-from reports.options import add_simulation_options, configs_from_args
-from simulator import (ConfigError, IIDAcceptance, PerRequestAcceptance, SimulationConfig, known_gpus, known_models,
+from specgauge.reports.cli import main as cli_main
+from specgauge.reports.options import add_simulation_options, configs_from_args
+from specgauge.simulator import (ConfigError, IIDAcceptance, PerRequestAcceptance, SimulationConfig, known_gpus, known_models,
                        load_gpu, load_model, simulate)
 
 PUBLISHED_PARAMS = {

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from simulator import ConfigError, IIDAcceptance, SimulationConfig, load_gpu, load_model, memory_plan, simulate
-from simulator.cost import PassCost
+from specgauge.simulator import ConfigError, IIDAcceptance, SimulationConfig, load_gpu, load_model, memory_plan, simulate
+from specgauge.simulator.cost import PassCost
 
 FALSE_FAIL = 1e-6
 Z = stats.norm.isf(FALSE_FAIL / 2)

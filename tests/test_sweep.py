@@ -14,8 +14,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from reports.csvio import CsvTarget, ReportOutputError, resolve_csv_target
-from reports.sweep import SweepError, SweepOptions, run_sweep, sweep_to_csv
+from specgauge.reports.csvio import CsvTarget, ReportOutputError, resolve_csv_target
+from specgauge.reports.sweep import SweepError, SweepOptions, run_sweep, sweep_to_csv
 
 
 def square(x: int) -> dict:
@@ -110,8 +110,8 @@ SCRIPT = textwrap.dedent(
     """
     import os, sys, time
     from pathlib import Path
-    from reports.csvio import CsvTarget
-    from reports.sweep import SweepOptions, sweep_to_csv
+    from specgauge.reports.csvio import CsvTarget
+    from specgauge.reports.sweep import SweepOptions, sweep_to_csv
 
     CALLS = sys.argv[2]
 

@@ -19,11 +19,11 @@ from functools import lru_cache
 
 import pytest
 
-from stattests.certify import CertConfig, Certificate, certify
-from stattests.checks import CHECKS
-from stattests.contract import load_decoder
-from stattests.reference import NumpyDecoder
-from stattests.zoo import ZOO
+from specgauge.stattests.certify import CertConfig, Certificate, certify
+from specgauge.stattests.checks import CHECKS
+from specgauge.stattests.contract import load_decoder
+from specgauge.stattests.reference import NumpyDecoder
+from specgauge.stattests.zoo import ZOO
 
 TV = 0.03
 SEED = 20261
@@ -108,6 +108,6 @@ def test_zoo_entry_is_documented(name):
 
 @pytest.mark.parametrize("name", list(ZOO))
 def test_zoo_entry_loads_by_spec(name):
-    by_key = load_decoder(f"stattests.zoo:{name}")
-    by_class = load_decoder(f"stattests.zoo:{ZOO[name].__name__}")
+    by_key = load_decoder(f"specgauge.stattests.zoo:{name}")
+    by_class = load_decoder(f"specgauge.stattests.zoo:{ZOO[name].__name__}")
     assert type(by_key) is type(by_class) is ZOO[name]

@@ -204,7 +204,7 @@ def hf_sequence_distribution(model: Any, prompt: "torch.Tensor", length: int) ->
     """P(first ``length`` new tokens = s) under plain sampling from ``model``, float64 [V**L].
 
     Runs the model on every prefix (V**(L−1) contexts, one batch per length); the order
-    of sequences is :func:`stattests.sequences.sequence_index`'s.
+    of sequences is :func:`specgauge.stattests.sequences.sequence_index`'s.
     """
     torch = _require("torch")
     from ..sequences import all_sequences

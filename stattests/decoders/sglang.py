@@ -19,7 +19,7 @@ drawn from one ``torch.Generator`` seeded from the contract's rng. The emitted t
 correction or the bonus token.
 
 On a machine without a GPU the kernel runs under Triton's interpreter; the environment for
-that is set by :mod:`stattests.decoders._triton_env` before the kernel file is loaded.
+that is set by :mod:`specgauge.stattests.decoders._triton_env` before the kernel file is loaded.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Leviathan's rule in torch: the NumPy reference, batched on CPU or CUDA.
 
-Mirrors :func:`stattests.reference.leviathan_verify` operation for operation (float64,
+Mirrors :func:`specgauge.stattests.reference.leviathan_verify` operation for operation (float64,
 inverse-CDF sampling), so the two differ only in where the random numbers come from:
 here a ``torch.Generator`` seeded once per call from the contract's NumPy ``rng``.
 """

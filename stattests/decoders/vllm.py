@@ -22,7 +22,7 @@ should then sample is :meth:`VLLMDecoder.expected_target` (p cut to its top-k / 
 renormalised, computed here in float64 from vLLM's documented rule).
 
 On a machine without a GPU the kernels run under Triton's interpreter; the environment for
-that is set by :mod:`stattests.decoders._triton_env` before vLLM is imported.
+that is set by :mod:`specgauge.stattests.decoders._triton_env` before vLLM is imported.
 """
 
 from __future__ import annotations

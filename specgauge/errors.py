@@ -11,3 +11,7 @@ class DecoderLoadError(SpecgaugeError):
 
 class InvalidDistributionError(SpecgaugeError, ValueError):
     """Probabilities handed to a statistic are negative, NaN or not normalised."""
+
+
+class ConfigError(SpecgaugeError, ValueError):
+    """A simulation configuration, profile or workload file is invalid; the message is one line."""
