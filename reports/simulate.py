@@ -7,6 +7,7 @@ import sys
 
 import pandas as pd
 
+from specgauge.csvio import resolve_csv_target, write_csv_atomic
 from specgauge.reports.options import add_simulation_options, configs_from_args
 from specgauge.simulator import simulate
 
@@ -42,13 +43,15 @@ def summary(row: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     (config,) = configs_from_args(args)
+    target = resolve_csv_target(args.csv, default_name="simulate.csv") if args.csv else None  # before any work
     row = simulate(config)
     print(summary(row))
-    if args.csv:
-        pd.DataFrame([row]).to_csv(args.csv, index=False)
-        print(f"wrote {args.csv}")
+    if target is not None:
+        write_csv_atomic(pd.DataFrame([row]), target.path, {"command": "simulate", "arguments": argv, "seed": config.seed})
+        print(f"wrote {target.path}")
     return 0
 
 

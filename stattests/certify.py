@@ -192,8 +192,11 @@ class Certificate:
             lines.append(f"  FAIL {row['check']}[{where}]: p-value {row['pvalue']:.3g} {row['message']}")
         return "\n".join(lines)
 
-    def to_csv(self, path) -> None:
-        self.frame.to_csv(path, index=False)
+    def to_csv(self, path, metadata: dict | None = None) -> None:
+        """Write the certificate atomically with its ``.meta.json`` sidecar (version, TV, seed...)."""
+        from specgauge.csvio import write_csv_atomic
+
+        write_csv_atomic(self.frame, path, {"command": "certify", **(metadata or {})})
 
 
 def plan(fixtures: Iterable[str] | None = None, checks: Iterable[str] | None = None):

@@ -113,5 +113,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     terminalreporter.write_line(cert.summary())
     path = config.getoption("specgauge_certificate")
     if path:
-        cert.to_csv(os.fspath(path))
+        cfg = session.config
+        cert.to_csv(os.fspath(path), {"command": "pytest", "decoder": session.name, "tv": cfg.tv,
+                                      "false_fail": cfg.false_fail, "seed": cfg.seed})
         terminalreporter.write_line(f"certificate written to {path}")

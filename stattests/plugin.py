@@ -15,7 +15,7 @@ GROUP = "specgauge certification"
 DECODER_ENV = "SPECGAUGE_DECODER"
 
 
-def _tv(text: str) -> float:
+def tv_type(text: str) -> float:
     """argparse type for --specgauge-tv: a number in (0, 1), refused once at start-up."""
     import argparse
 
@@ -33,7 +33,7 @@ def pytest_addoption(parser) -> None:
     group.addoption("--specgauge-decoder", default=None, metavar="NAME",
                     help="decoder to certify: a built-in short name (numpy, torch, hf, vllm, sglang, ...) or "
                          f"MODULE:NAME; default ${DECODER_ENV}, else numpy")
-    group.addoption("--specgauge-tv", type=_tv, default=None, metavar="TV",
+    group.addoption("--specgauge-tv", type=tv_type, default=None, metavar="TV",
                     help="total-variation discrepancy that must be detectable; sets the sample sizes "
                          "(default 0.005, or the coarser certification_tv a slow decoder declares)")
     group.addoption("--specgauge-false-fail", type=float, default=1e-6, metavar="RATE",

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from specgauge.reports.csvio import CsvTarget, ReportOutputError, resolve_csv_target
+from specgauge.csvio import CsvTarget, ReportOutputError, resolve_csv_target
 from specgauge.reports.sweep import SweepError, SweepOptions, run_sweep, sweep_to_csv
 
 

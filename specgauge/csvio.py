@@ -1,0 +1,170 @@
+"""The one way specgauge writes a CSV: checked up front, written atomically, with a sidecar.
+
+``resolve_csv_target`` runs before any work, so a missing or read-only folder, or a
+folder given where a file belongs, is one clear line and not a traceback after minutes
+of computing. ``write_csv_atomic`` writes the CSV, then ``<stem>.meta.json`` beside it
+(specgauge version, the command, its arguments, seed, row count and the CSV's sha256),
+each through a temporary file renamed into place, so a reader never sees half a file and
+no ``*.tmp`` is left behind. Nothing time-dependent goes into either file: the same
+arguments and seed give the same bytes. Shared by the certificate (``stattests``) and
+the reports, which is why it lives in the core and imports neither.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from specgauge import __version__
+from specgauge.errors import SpecgaugeError
+
+DEFAULT_DIR = Path("reports")
+JOURNAL_SUFFIX = ".partial.jsonl"
+
+
+class ReportOutputError(SpecgaugeError):
+    """A report cannot be written where it was asked to go, or a journal does not match."""
+
+
+def specgauge_version() -> str:
+    """The installed distribution's version, recorded in every report."""
+    return __version__
+
+
+@dataclass(frozen=True)
+class CsvTarget:
+    """Where a report goes: the CSV, its metadata sidecar and (for sweeps) its journal."""
+
+    path: Path
+
+    @property
+    def meta_path(self) -> Path:
+        return meta_path_for(self.path)
+
+    @property
+    def journal_path(self) -> Path:
+        return self.path.with_name(self.path.name + JOURNAL_SUFFIX)
+
+    @property
+    def lock_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".lock")
+
+    def sibling(self, suffix: str, ext: str = ".csv") -> Path:
+        """A companion file beside the CSV: ``plan.csv`` → ``plan_<suffix><ext>``."""
+        return self.path.with_name(f"{self.path.stem}_{suffix}{ext}")
+
+
+def meta_path_for(csv_path: Path) -> Path:
+    return csv_path.with_name(csv_path.stem + ".meta.json")
+
+
+def resolve_csv_target(path: Path | str | None, default_name: str, flag: str = "--csv") -> CsvTarget:
+    """Check, before any work, that the CSV can be written; create only the default folder.
+
+    A user's path in a missing or read-only folder is refused (one clear line), not
+    silently created somewhere else; the default ``reports/`` folder is created.
+    """
+    if path is None:
+        folder = DEFAULT_DIR
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ReportOutputError(f"cannot create the report folder {str(folder)!r}: {exc.strerror}") from None
+        target = folder / default_name
+    else:
+        target = Path(path)
+        if target.is_dir():
+            raise ReportOutputError(f"{flag} {str(target)!r} is a folder; name a .csv file inside it")
+        if target.suffix.lower() != ".csv":
+            raise ReportOutputError(f"{flag} must name a .csv file, got {str(target)!r}")
+    folder = target.parent
+    if not folder.is_dir():
+        raise ReportOutputError(f"cannot write {str(target)!r}: folder {str(folder)!r} does not exist")
+    try:  # os.access is wrong for root and for some mounts: try it for real
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{target.name}.", suffix=".probe"):
+            pass
+    except OSError as exc:
+        raise ReportOutputError(f"cannot write {str(target)!r}: folder {str(folder)!r} is not writable ({exc.strerror})") from None
+    if target.exists() and not os.access(target, os.W_OK) and os.geteuid() != 0:
+        raise ReportOutputError(f"cannot write {str(target)!r}: the file exists and is read-only")
+    return CsvTarget(target)
+
+
+def to_builtin(value: Any) -> Any:
+    """JSON fallback for NumPy scalars and arrays, paths and other odd values in a row."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return str(value)
+
+
+def normalise_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The row as it survives a JSON round trip, so fresh and resumed sweeps agree bytewise."""
+    return json.loads(json.dumps(dict(row), default=to_builtin))
+
+
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; a report is as readable as any file
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def frame_to_csv_bytes(frame: pd.DataFrame) -> bytes:
+    """The one CSV formatting of the project: no index, ``\\n`` line ends, repr floats."""
+    return frame.to_csv(index=False, lineterminator="\n").encode()
+
+
+def write_csv_atomic(frame: pd.DataFrame, path: Path | str, metadata: Mapping[str, Any]) -> None:
+    """Write ``frame`` to ``path`` and its metadata sidecar, each by an atomic rename.
+
+    ``metadata`` should name the ``command`` and its ``arguments`` (and ``seed`` where one
+    applies); the version, row count, columns and the CSV's sha256 are added here.
+    """
+    path = Path(path)
+    data = frame_to_csv_bytes(frame)
+    meta = {
+        "specgauge_version": specgauge_version(),
+        **metadata,
+        "csv": path.name,
+        "rows": int(len(frame)),
+        "columns": [str(c) for c in frame.columns],
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+    try:
+        _atomic_write_bytes(path, data)
+        _atomic_write_bytes(meta_path_for(path), (json.dumps(meta, indent=2, sort_keys=True, default=to_builtin) + "\n").encode())
+    except OSError as exc:
+        raise ReportOutputError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
+
+
+def rows_to_frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    """Rows (already in configuration order) to a frame; columns in order of first appearance."""
+    rows = [normalise_row(r) for r in rows]
+    columns: dict[str, None] = {}
+    for row in rows:
+        columns.update(dict.fromkeys(row))
+    return pd.DataFrame.from_records(rows, columns=list(columns))
