@@ -1,91 +1,120 @@
 """Simulation options shared by ``specgauge simulate`` (one value each) and ``specgauge plan`` (swept).
 
-``add_simulation_options(parser, sweep)`` adds them; with ``sweep=True`` every option takes
-a comma-separated list. ``configs_from_args(args)`` returns the Cartesian product as
-``SimulationConfig`` objects, in a fixed order (the options' order, last one fastest).
+The options are generated from ``SimulationConfig``'s fields that carry ``metadata["help"]``
+(see ``specgauge.simulator.config.option``): the flag is the field's name with dashes, the
+value is parsed from the field's type (``X | None`` also takes ``none``), and the default
+shown in ``--help`` is the dataclass default, or the one a command passes in ``defaults``.
+``configs_from_args(args)`` returns the Cartesian product as ``SimulationConfig`` objects,
+in a fixed order (the fields' order, last one fastest).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
-from typing import Any, Callable
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
 
-from specgauge.simulator import IIDAcceptance, SimulationConfig
+from specgauge.errors import ConfigError, SpecgaugeError
+from specgauge.simulator import SimulationConfig
 from specgauge.simulator.acceptance import AcceptanceModel
-from specgauge.errors import ConfigError
+
+_NONE_WORDS = ("none", "", "saturated")
 
 
-def _none_or(cast: Callable[[str], Any]) -> Callable[[str], Any]:
-    def parse(text: str) -> Any:
-        return None if text.strip().lower() in ("none", "", "saturated") else cast(text)
-    return parse
+@dataclass(frozen=True)
+class Option:
+    """One command-line option made from one ``SimulationConfig`` field."""
+
+    flag: str
+    dest: str
+    field: str
+    parse: Callable[[str], Any]
+    help: str
+    default: Any
+    sweep: bool = True
+    names: Callable[[], list[str]] | None = None
+
+    def shown_default(self) -> str:
+        value = self.default
+        if isinstance(value, AcceptanceModel):
+            return f"{value.mean_alpha:g}"
+        return "none" if value is None else str(value)
 
 
-def _int(text: str) -> int:
-    return int(text)
+def _parser_for(hint: Any) -> Callable[[str], Any]:
+    """Text -> value from a field's type: ``int``, ``float``, ``str`` and ``X | None``."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
+        (inner,) = [a for a in args if a is not type(None)]
+        cast = _parser_for(inner)
+        return lambda text: None if text.strip().lower() in _NONE_WORDS else cast(text)
+    if hint in (int, float, str):
+        return hint
+    raise TypeError(f"no command-line parser for {hint!r}; give the field metadata parse=...")
 
 
-def _float(text: str) -> float:
-    return float(text)
+def simulation_options() -> list[Option]:
+    """Every ``SimulationConfig`` field with help text, as an option, in field order."""
+    hints = typing.get_type_hints(SimulationConfig)
+    out = []
+    for f in dataclasses.fields(SimulationConfig):
+        meta = f.metadata
+        if "help" not in meta:
+            continue
+        flag = meta.get("flag", "--" + f.name.replace("_", "-"))
+        out.append(Option(flag=flag, dest=flag[2:].replace("-", "_"), field=f.name,
+                          parse=meta.get("parse") or _parser_for(hints[f.name]), help=meta["help"],
+                          default=f.default, sweep=meta.get("sweep", True), names=meta.get("names")))
+    return out
 
 
-# (flag, config field, parser of one value, help); defaults come from SimulationConfig.
-_OPTIONS: list[tuple[str, str, Callable[[str], Any], str]] = [
-    ("--gpu", "gpu", str, "GPU profile (h200, h100-sxm, a100-80gb, ...)"),
-    ("--target", "target", str, "target model profile"),
-    ("--draft", "draft", _none_or(str), "draft model profile, or 'none'"),
-    ("--tp", "tp", _int, "tensor-parallel degree"),
-    ("--gamma", "gamma", _int, "drafted tokens per round (0 = no speculation; the maximum for adaptive policies)"),
-    ("--alpha", "alpha", _float, "i.i.d. per-token acceptance rate in [0, 1]"),
-    ("--draft-cost-ratio", "draft_cost_ratio", _none_or(_float), "fixed draft/target step cost c instead of the draft roofline"),
-    ("--batch-size", "batch_size", _int, "batch cap (running requests)"),
-    ("--qps", "qps", _none_or(_float), "request rate (requests/s); 'none' keeps the batch full (saturated)"),
-    ("--requests", "requests", _int, "number of requests"),
-    ("--prompt-len", "prompt_len", _int, "prompt length (mean for non-fixed distributions)"),
-    ("--output-len", "output_len", _int, "output length (mean for non-fixed distributions)"),
-    ("--length-dist", "length_dist", str, "fixed | uniform | exponential"),
-    ("--policy", "policy", str, "none | fixed | disable-above:B | table:B:g,... | goodput"),
-    ("--arrival", "arrival", str, "poisson | gamma | trace"),
-    ("--arrival-cv", "arrival_cv", _float, "coefficient of variation of gamma inter-arrival gaps"),
-    ("--trace", "trace", _none_or(str), "CSV of arrivals (arrival_s[, prompt_len, output_len]) for --arrival trace"),
-    ("--max-batched-tokens", "max_batched_tokens", _int, "token budget per iteration (chunked prefill)"),
-    ("--gpu-memory-utilization", "gpu_memory_utilization", _float, "fraction of GPU memory for the engine"),
-    ("--seed", "seed", _int, "root seed of every random stream"),
-]
-_FIELDS = [field for _, field, _, _ in _OPTIONS]
+def add_simulation_options(parser: argparse.ArgumentParser, sweep: bool,
+                           defaults: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
+    """Add the simulation options; with ``sweep`` each accepts a comma-separated list.
 
-
-def add_simulation_options(parser: argparse.ArgumentParser, sweep: bool) -> argparse.ArgumentParser:
-    """Add the simulation options; with ``sweep`` each accepts a comma-separated list."""
+    ``defaults`` (dest -> text) replaces the dataclass defaults shown in the help; the
+    command applies them itself (``plan`` does, for its default scenario).
+    """
     group = parser.add_argument_group("simulation" + (" (comma-separated lists are swept)" if sweep else ""))
-    defaults = SimulationConfig()
-    for flag, field, cast, text in _OPTIONS:
-        default = defaults.acceptance.mean_alpha if field == "alpha" else getattr(defaults, field)
-        group.add_argument(flag, dest=field, default=None, metavar="LIST" if sweep else "X",
-                           help=f"{text} (default {default})")
-    group.add_argument("--profiles", default=None, metavar="PATH",
-                       help="TOML/JSON file with extra [gpus.NAME] / [models.NAME] profiles")
+    defaults = dict(defaults or {})
+    for opt in simulation_options():
+        text = opt.help
+        if opt.names is not None:
+            text += f"; known: {', '.join(opt.names())}"
+        shown = defaults.get(opt.dest, opt.shown_default())
+        many = sweep and opt.sweep
+        group.add_argument(opt.flag, dest=opt.dest, default=None, metavar="LIST" if many else "X",
+                           help=f"{text} (default {shown})".replace("%", "%%"))
     group.add_argument("--csv", default=None, metavar="PATH", help="write the report row(s) to this CSV file")
     parser.set_defaults(_simulation_sweep=sweep)
     return parser
 
 
-def _values(args: argparse.Namespace, field: str, cast: Callable[[str], Any], sweep: bool) -> list[Any]:
-    raw = getattr(args, field, None)
+def _values(args: argparse.Namespace, opt: Option, sweep: bool) -> list[Any]:
+    raw = getattr(args, opt.dest, None)
     if raw is None:
         return [None]
-    items = [s.strip() for s in str(raw).split(",")] if sweep else [str(raw).strip()]
-    flag = "--" + field.replace("_", "-")
+    items = [s.strip() for s in str(raw).split(",")] if sweep and opt.sweep else [str(raw).strip()]
     values = []
     for item in items:
         try:
-            values.append(cast(item))
+            values.append(opt.parse(item))
+        except SpecgaugeError:
+            raise
         except ValueError:
-            raise ConfigError(f"invalid value {item!r} for {flag}") from None
+            raise ConfigError(f"invalid value {item!r} for {opt.flag}") from None
     if len(set(map(repr, values))) != len(values):
-        raise ConfigError(f"{flag} lists a value twice: {raw!r}")
+        raise ConfigError(f"{opt.flag} lists a value twice: {raw!r}")
     return values
+
+
+def given_options(args: argparse.Namespace) -> list[Option]:
+    """The simulation options the user gave on the command line."""
+    return [opt for opt in simulation_options() if getattr(args, opt.dest, None) is not None]
 
 
 def configs_from_args(args: argparse.Namespace, acceptance: AcceptanceModel | list[AcceptanceModel] | None = None
@@ -95,25 +124,17 @@ def configs_from_args(args: argparse.Namespace, acceptance: AcceptanceModel | li
     ``acceptance`` (one model or a list) overrides ``--alpha``.
     """
     sweep = bool(getattr(args, "_simulation_sweep", False))
-    axes = [_values(args, field, cast, sweep) for _, field, cast, _ in _OPTIONS]
-    if acceptance is not None:
-        models = list(acceptance) if isinstance(acceptance, (list, tuple)) else [acceptance]
-        axes[_FIELDS.index("alpha")] = [None]
-    else:
-        models = None
-    profiles = getattr(args, "profiles", None)
+    options = simulation_options()
+    axes = []
+    for opt in options:
+        if opt.field == "acceptance" and acceptance is not None:
+            axes.append(list(acceptance) if isinstance(acceptance, (list, tuple)) else [acceptance])
+        else:
+            axes.append(_values(args, opt, sweep))
     configs = []
     for combo in itertools.product(*axes):
-        kwargs = {field: value for field, value in zip(_FIELDS, combo) if value is not None}
-        # explicit 'none' for nullable options
-        for field, value in zip(_FIELDS, combo):
-            if value is None and getattr(args, field, None) is not None:
-                kwargs[field] = None
-        alpha = kwargs.pop("alpha", None)
-        accs = models if models is not None else [IIDAcceptance(alpha) if alpha is not None else None]
-        for acc in accs:
-            extra = {"acceptance": acc} if acc is not None else {}
-            if profiles is not None:
-                extra["profiles"] = profiles
-            configs.append(SimulationConfig(**kwargs, **extra))
+        # a value of None is either "not given" (the dataclass default) or an explicit 'none'
+        kwargs = {opt.field: value for opt, value in zip(options, combo)
+                  if value is not None or getattr(args, opt.dest, None) is not None}
+        configs.append(SimulationConfig(**kwargs))
     return configs

@@ -321,12 +321,11 @@ def _acceptance_override(args: argparse.Namespace) -> AcceptanceSpec | None:
 
 def _check_not_empty(args: argparse.Namespace) -> None:
     """A swept option given as '' or ',' is an empty sweep, not a default."""
-    from .options import _OPTIONS
+    from .options import given_options
 
-    for flag, field, _, _ in _OPTIONS:
-        raw = getattr(args, field, None)
-        if raw is not None and not [part for part in str(raw).split(",") if part.strip()]:
-            raise PlanError(f"empty sweep: {flag} was given no values")
+    for opt in given_options(args):
+        if not [part for part in str(getattr(args, opt.dest)).split(",") if part.strip()]:
+            raise PlanError(f"empty sweep: {opt.flag} was given no values")
 
 
 def plan_configs(args: argparse.Namespace, acceptance: AcceptanceSpec | None) -> list[Any]:

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 from specgauge.simulator.acceptance import AcceptanceModel, IIDAcceptance
 from specgauge.errors import ConfigError
-from specgauge.simulator.policies import parse_policy
+from specgauge.simulator.policies import POLICY_FORMS, Policy, parse_policy
+from specgauge.simulator.profiles import known_gpus, known_models
 from specgauge.simulator.workload import ARRIVALS, LENGTH_DISTRIBUTIONS
 
 
@@ -21,32 +22,56 @@ def _positive_float(name: str, value: object) -> None:
         raise ConfigError(f"{name} must be a finite number > 0, got {value!r}")
 
 
+def _alpha(text: str) -> IIDAcceptance:
+    """``--alpha 0.8`` on the command line is the i.i.d. acceptance model with that rate."""
+    return IIDAcceptance(float(text))
+
+
+def option(default, help: str, **cli) -> object:  # noqa: A002 - the metadata key argparse uses
+    """A configuration field that is also a command-line option of ``simulate`` and ``plan``.
+
+    ``help`` is the option's help text (units in it); ``cli`` may set ``flag`` (default
+    ``--field-name``), ``parse`` (text -> value; default from the field's type), ``names``
+    (a function listing the valid names, shown in the help) or ``sweep=False`` (one value
+    even in ``plan``).
+    """
+    return field(default=default, metadata={"help": help, **cli})
+
+
 @dataclass(frozen=True)
 class SimulationConfig:
-    """Everything one simulated run depends on; ``seed`` is the only source of randomness."""
+    """Everything one simulated run depends on; ``seed`` is the only source of randomness.
 
-    gpu: str = "h200"
-    target: str = "qwen3-32b"
-    draft: str | None = "qwen3-0.6b"
-    tp: int = 1
-    gamma: int = 5
-    acceptance: AcceptanceModel = field(default=IIDAcceptance(0.8))
-    draft_cost_ratio: float | None = None
-    batch_size: int = 64
-    qps: float | None = None
-    requests: int = 1000
-    prompt_len: int = 512
-    output_len: int = 256
-    length_dist: str = "fixed"
-    policy: str = "fixed"
-    arrival: str = "poisson"
-    arrival_cv: float = 1.0
-    trace: str | None = None
-    seed: int = 0
-    profiles: str | None = None
-    max_batched_tokens: int = 8192
-    block_size: int = 16
-    gpu_memory_utilization: float = 0.9
+    A field with ``metadata["help"]`` (made with ``option``) is a command-line option of
+    ``specgauge simulate`` and ``specgauge plan``, generated from this class: add a field
+    here, with its help, and both commands take it.
+    """
+
+    gpu: str = option("h200", "GPU profile", names=known_gpus)
+    target: str = option("qwen3-32b", "target model profile", names=known_models)
+    draft: str | None = option("qwen3-0.6b", "draft model profile, or 'none'", names=known_models)
+    tp: int = option(1, "tensor-parallel degree (GPUs per replica); must divide the models' attention and KV heads")
+    gamma: int = option(5, "drafted tokens per round (0 = no speculation; the maximum for adaptive policies)")
+    acceptance: AcceptanceModel = option(IIDAcceptance(0.8), "i.i.d. per-token acceptance rate α in [0, 1]",
+                                         flag="--alpha", parse=_alpha)
+    draft_cost_ratio: float | None = option(None, "fixed draft/target step-time ratio c instead of the draft's roofline")
+    batch_size: int = option(64, "batch cap (concurrently running requests)")
+    qps: float | None = option(None, "request rate (requests/s); 'none' keeps the batch full (saturated)")
+    requests: int = option(1000, "number of requests (ignored with --arrival trace: the trace's own count)")
+    prompt_len: int = option(512, "prompt length in tokens (mean for non-fixed distributions)")
+    output_len: int = option(256, "output length in tokens (mean for non-fixed distributions)")
+    length_dist: str = option("fixed", "length distribution: " + " | ".join(LENGTH_DISTRIBUTIONS))
+    policy: str = option("fixed", f"speculation policy: {POLICY_FORMS}")
+    arrival: str = option("poisson", "arrival process: " + " | ".join(ARRIVALS) + " (with --qps; saturated without)")
+    arrival_cv: float = option(1.0, "coefficient of variation of the gamma arrival process's gaps")
+    trace: str | None = option(None, "CSV of arrivals (arrival_s[, prompt_len, output_len]); needs --arrival trace")
+    seed: int = option(0, "root seed of every random stream (same seed, same CSV)")
+    profiles: str | None = option(None, "TOML/JSON file with extra [gpus.NAME] / [models.NAME] profiles",
+                                  flag="--profiles", sweep=False)
+    max_batched_tokens: int = option(8192, "token budget per engine iteration (tokens; chunked prefill)")
+    block_size: int = option(16, "KV-cache block size (tokens)")
+    gpu_memory_utilization: float = option(0.9, "fraction of GPU memory the engine may use, in (0, 1]")
+    parsed_policy: Policy = field(init=False, repr=False, compare=False)  # ``policy``, parsed once
 
     def __post_init__(self) -> None:
         _positive_int("tp", self.tp)
@@ -76,11 +101,11 @@ class SimulationConfig:
             raise ConfigError("arrival 'trace' needs a workload trace file (trace=PATH)")
         if isinstance(self.draft, str) and self.draft.lower() in ("", "none"):
             object.__setattr__(self, "draft", None)
-        parse_policy(self.policy, self.gamma)  # refuse a bad policy string now
+        object.__setattr__(self, "parsed_policy", parse_policy(self.policy, self.gamma))  # refuses a bad one now
 
     @property
     def speculative(self) -> bool:
-        return parse_policy(self.policy, self.gamma).max_gamma > 0
+        return self.parsed_policy.max_gamma > 0
 
     def columns(self) -> dict[str, object]:
         """The configuration's own CSV columns: flat, stable names, same order every time."""

@@ -11,7 +11,7 @@ from specgauge.errors import ConfigError
 from specgauge.laws import tokens_per_pass as iid_tokens_per_pass
 from specgauge.simulator.memory import MemoryPlan, memory_plan_for
 from specgauge.simulator.metrics import summarise
-from specgauge.simulator.policies import NoSpeculation, parse_policy
+from specgauge.simulator.policies import NoSpeculation
 from specgauge.simulator.profiles import load_gpu, load_model
 from specgauge.simulator.workload import make_workload
 
@@ -42,7 +42,7 @@ def memory_plan(config: SimulationConfig) -> MemoryPlan:
     """The per-GPU memory budget and maximum concurrency of ``config`` (draft included when speculating)."""
     gpu, target, draft = _models(config)
     used_draft = draft if config.speculative else None
-    lookahead = parse_policy(config.policy, config.gamma).max_gamma
+    lookahead = config.parsed_policy.max_gamma
     return memory_plan_for(gpu, target, used_draft, config.tp, config.prompt_len + config.output_len,
                            lookahead=lookahead, block_tokens=config.block_size,
                            gpu_memory_utilization=config.gpu_memory_utilization)
@@ -68,7 +68,7 @@ def simulate(config: SimulationConfig) -> dict[str, float | int | str]:
         raise ConfigError(f"simulate needs a SimulationConfig, got {type(config).__name__}")
     gpu, target, draft = _models(config)
     plan = memory_plan(config)
-    policy = parse_policy(config.policy, config.gamma)
+    policy = config.parsed_policy
     speculative = policy.max_gamma > 0
     arrival_ss, length_ss, acceptance_ss = np.random.SeedSequence(config.seed).spawn(3)
     workload = make_workload(config.requests, config.qps, config.arrival, config.arrival_cv, config.prompt_len,

@@ -1,0 +1,36 @@
+"""The simulate/plan flags come from SimulationConfig's fields; help names units, valid names and defaults."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from specgauge.reports import plan, simulate
+from specgauge.reports.options import simulation_options
+from specgauge.simulator import SimulationConfig, known_gpus, known_models
+
+
+def test_every_configuration_field_is_an_option_of_both_commands():
+    fields = [f.name for f in dataclasses.fields(SimulationConfig) if f.init]
+    assert [o.field for o in simulation_options()] == fields
+    for parser in (simulate.build_parser(), plan.build_parser()):
+        flags = {s for a in parser._actions for s in a.option_strings}
+        assert {o.flag for o in simulation_options()} <= flags
+
+
+def test_help_lists_every_known_name_units_and_defaults():
+    text = " ".join(simulate.build_parser().format_help().split())
+    for name in known_gpus() + known_models():
+        assert name in text
+    assert "prompt length in tokens" in text and "(default 512)" in text and "requests/s" in text
+    assert "(default 0.8)" in text  # --alpha shows α, not the model object
+
+
+@pytest.mark.parametrize("flag,value", [("--gamma", "two"), ("--batch-size", "1.5"), ("--qps", "fast")])
+def test_a_value_of_the_wrong_type_names_its_flag(flag, value, capsys):
+    from specgauge.reports.cli import main
+
+    assert main(["simulate", flag, value]) == 1
+    err = capsys.readouterr().err.strip()
+    assert f"invalid value {value!r} for {flag}" in err and "\n" not in err
