@@ -109,9 +109,10 @@ class RoundCost:
         bound = self.target.is_compute_bound(tokens, ctx, (gamma + 1) * ctx)
         if gamma == 0:
             return target, bound
-        return target + gamma * self._draft_step(batch, ctx), bound
+        return target + gamma * self.draft_step(batch, ctx), bound
 
-    def _draft_step(self, tokens, ctx, attn=None):
+    def draft_step(self, tokens, ctx, attn=None):
+        """Seconds of one draft step over ``tokens`` sequences (the fixed ratio c when set)."""
         attn = ctx if attn is None else attn
         if self.draft_ratio is not None:
             return self.draft_ratio * self.target.time(tokens, ctx, attn)
@@ -131,8 +132,8 @@ class RoundCost:
         bound = bool(self.target.is_compute_bound(tokens, kv, attn))
         if speculative and (gamma > 0 or prefill_tokens):
             if gamma > 0:
-                seconds += float(self._draft_step(batch + prefill_tokens, kv, ctx + prefill_attn))
-                seconds += (gamma - 1) * float(self._draft_step(batch, ctx))
+                seconds += float(self.draft_step(batch + prefill_tokens, kv, ctx + prefill_attn))
+                seconds += (gamma - 1) * float(self.draft_step(batch, ctx))
             else:
-                seconds += float(self._draft_step(prefill_tokens, prefill_ctx, prefill_attn))
+                seconds += float(self.draft_step(prefill_tokens, prefill_ctx, prefill_attn))
         return seconds, bound

@@ -242,7 +242,7 @@ class Engine:
             cum = np.cumsum(accepted + 1, axis=0)
             hit = (cum >= self.rem).any(axis=1)
             last = int(hit.argmax()) if hit.any() else rounds - 1
-            per_round = cum[:, :].sum(axis=1)
+            per_round = cum.sum(axis=1)
             ctx = ctx0 + np.concatenate(([0], per_round[:-1]))
         else:
             accepted = cum = None

@@ -88,7 +88,6 @@ def make_workload(n: int, qps: float | None, arrival: str, cv: float, prompt_len
         n = len(times)
         prompt = data["prompt"][order] if "prompt" in data else prompt[:n]
         output = data["output"][order] if "output" in data else output[:n]
-        times = times - 0.0
     elif qps is None:
         times = np.zeros(n)
     elif arrival == "poisson":
