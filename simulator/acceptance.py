@@ -322,3 +322,45 @@ class _TraceSampler:
 
     def advance(self, requests: np.ndarray, used: np.ndarray) -> None:
         self.cursor = (self.cursor + used.size) % len(self.counts)
+
+
+@dataclass(frozen=True)
+class EmptyProposals(_AcceptanceBase):
+    """``base`` acceptance, but a proposal is empty with probability ``empty`` (an n-gram lookup that found nothing).
+
+    An empty proposal verifies no drafts, so the round emits one token, like plain decoding.
+    """
+
+    base: AcceptanceModel = IIDAcceptance(0.7)
+    empty: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 0 <= float(self.empty) < 1:
+            raise ConfigError(f"the share of empty proposals must be in [0, 1), got {self.empty!r}")
+
+    @property
+    def mean_alpha(self) -> float | None:
+        return self.base.mean_alpha
+
+    def expected_tokens_per_pass(self, gamma: int) -> float | None:
+        inner = self.base.expected_tokens_per_pass(gamma)
+        return None if inner is None else (1.0 - self.empty) * inner + self.empty
+
+    def sampler(self, rng: np.random.Generator, n_requests: int) -> Sampler:
+        base_rng, empty_rng = rng.spawn(2)
+        return _EmptySampler(self.base.sampler(base_rng, n_requests), empty_rng, self.empty)
+
+    def label(self) -> str:
+        return f"{self.base.label()}+empty({self.empty:g})"
+
+
+class _EmptySampler:
+    def __init__(self, base: Sampler, rng: np.random.Generator, empty: float) -> None:
+        self.base, self.rng, self.empty = base, rng, empty
+
+    def draw(self, requests: np.ndarray, rounds: int, gamma: int) -> np.ndarray:
+        counts = self.base.draw(requests, rounds, gamma)
+        return np.where(self.rng.random(counts.shape) < self.empty, 0, counts)
+
+    def advance(self, requests: np.ndarray, used: np.ndarray) -> None:
+        self.base.advance(requests, used)

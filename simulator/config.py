@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from specgauge.simulator.acceptance import AcceptanceModel, IIDAcceptance
+from specgauge.simulator.drafts import DEFAULT_ACCEPTANCE, KINDS, draft_kind
 from specgauge.errors import ConfigError
 from specgauge.simulator.policies import POLICY_FORMS, Policy, parse_policy
 from specgauge.simulator.profiles import known_gpus, known_models
@@ -49,12 +50,18 @@ class SimulationConfig:
 
     gpu: str = option("h200", "GPU profile", names=known_gpus)
     target: str = option("qwen3-32b", "target model profile", names=known_models)
-    draft: str | None = option("qwen3-0.6b", "draft model profile, or 'none'", names=known_models)
+    draft: str | None = option("qwen3-0.6b", "draft: a model profile (a separate LM), eagle (an EAGLE-3 head), mtp, "
+                               "ngram (prompt lookup), or 'none'", names=lambda: [*KINDS[1:], *known_models()])
     tp: int = option(1, "tensor-parallel degree (GPUs per replica); must divide the models' attention and KV heads")
     gamma: int = option(5, "drafted tokens per round (0 = no speculation; the maximum for adaptive policies)")
-    acceptance: AcceptanceModel = option(IIDAcceptance(0.8), "i.i.d. per-token acceptance rate α in [0, 1]",
-                                         flag="--alpha", parse=_alpha)
-    draft_cost_ratio: float | None = option(None, "fixed draft/target step-time ratio c instead of the draft's roofline")
+    acceptance: AcceptanceModel | None = option(
+        None, "i.i.d. per-token acceptance rate α in [0, 1]; none: the draft kind's default (model 0.8, eagle 0.75, "
+        "mtp 0.8, ngram 0.7: placeholders to calibrate)", flag="--alpha", parse=_alpha)
+    draft_cost_ratio: float | None = option(None, "fixed draft/target step-time ratio c instead of the draft's own cost")
+    draft_tp: int | None = option(None, "tensor-parallel degree of a draft model (default: the target's; vLLM's "
+                                        "speculative_draft_tensor_parallel_size)")
+    empty_proposals: float | None = option(None, "probability in [0, 1) that a proposal is empty (default: 0.5 for "
+                                                 "ngram, 0 otherwise)")
     batch_size: int = option(64, "batch cap (concurrently running requests)")
     qps: float | None = option(None, "request rate (requests/s); 'none' keeps the batch full (saturated)")
     requests: int = option(1000, "number of requests (ignored with --arrival trace: the trace's own count)")
@@ -83,6 +90,11 @@ class SimulationConfig:
         _positive_int("max_batched_tokens", self.max_batched_tokens)
         _positive_int("block_size", self.block_size)
         _positive_int("seed", self.seed, minimum=0)
+        if self.draft_tp is not None:
+            _positive_int("draft_tp", self.draft_tp)
+        if self.empty_proposals is not None and not (
+                isinstance(self.empty_proposals, (int, float)) and 0 <= self.empty_proposals < 1):
+            raise ConfigError(f"empty_proposals must be in [0, 1), got {self.empty_proposals!r}")
         if self.qps is not None:
             _positive_float("qps", self.qps)
         _positive_float("arrival_cv", self.arrival_cv)
@@ -91,6 +103,10 @@ class SimulationConfig:
             raise ConfigError(f"draft_cost_ratio must be a finite number >= 0, got {self.draft_cost_ratio!r}")
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization!r}")
+        if isinstance(self.draft, str) and self.draft.lower() in ("", "none"):
+            object.__setattr__(self, "draft", None)
+        if self.acceptance is None:
+            object.__setattr__(self, "acceptance", DEFAULT_ACCEPTANCE[draft_kind(self.draft) or "model"])
         if not isinstance(self.acceptance, AcceptanceModel):
             raise ConfigError(f"acceptance must be an acceptance model (IIDAcceptance, ...), got {self.acceptance!r}")
         if self.arrival not in ARRIVALS:
@@ -99,8 +115,6 @@ class SimulationConfig:
             raise ConfigError(f"unknown length distribution {self.length_dist!r}; valid: {', '.join(LENGTH_DISTRIBUTIONS)}")
         if self.arrival == "trace" and self.trace is None:
             raise ConfigError("arrival 'trace' needs a workload trace file (trace=PATH)")
-        if isinstance(self.draft, str) and self.draft.lower() in ("", "none"):
-            object.__setattr__(self, "draft", None)
         object.__setattr__(self, "parsed_policy", parse_policy(self.policy, self.gamma))  # refuses a bad one now
 
     @property
@@ -118,6 +132,9 @@ class SimulationConfig:
             "policy": self.policy,
             "acceptance": self.acceptance.label(),
             "alpha": self.acceptance.mean_alpha,
+            "draft_kind": draft_kind(self.draft) or "none",
+            "draft_tp": self.draft_tp,
+            "empty_proposals": self.empty_proposals,
             "draft_cost_ratio": self.draft_cost_ratio,
             "batch_size": self.batch_size,
             "qps": self.qps,

@@ -14,49 +14,69 @@ import numpy as np
 
 from specgauge.errors import ConfigError
 from specgauge.laws import tokens_per_pass as iid_tokens_per_pass
+from specgauge.simulator.acceptance import AcceptanceModel, EmptyProposals
 from specgauge.simulator.config import SimulationConfig
-from specgauge.simulator.cost import PassCost, RoundCost
+from specgauge.simulator.cost import EngineOverhead, PassCost, RoundCost
+from specgauge.simulator.drafts import Draft, build_draft, draft_kind
 from specgauge.simulator.engine import Engine, EngineParams, RunStats
 from specgauge.simulator.memory import MemoryPlan, memory_plan_for
 from specgauge.simulator.metrics import summarise
 from specgauge.simulator.policies import NoSpeculation
-from specgauge.simulator.profiles import GPU, Model, load_gpu, load_model
+from specgauge.simulator.profiles import GIB, GPU, Model, load_gpu, load_model, load_step_fit
 from specgauge.simulator.workload import Workload, make_workload
 
 _BASELINE_KEYS = ("output_throughput", "request_throughput", "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms",
                   "mean_e2el_ms", "p99_tpot_ms")
 
 
-def _models(config: SimulationConfig) -> tuple[GPU, Model, Model | None]:
+def _check_tp(model: Model, tp: int, flag: str, hint: str = "") -> None:
+    if model.heads % tp or model.kv_heads % tp:
+        raise ConfigError(f"{flag} {tp} must divide {model.name}'s {model.heads} attention heads and "
+                          f"{model.kv_heads} KV heads (tensor parallelism splits heads across GPUs){hint}")
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What a configuration resolves to: profiles, the target's step cost, the engine overhead and the proposer."""
+
+    gpu: GPU
+    target: Model
+    target_cost: PassCost
+    overhead: EngineOverhead
+    draft: Draft | None
+
+
+def resolve(config: SimulationConfig) -> Setup:
+    """Load the profiles and step fits a configuration names; refuse what cannot run."""
     gpu = load_gpu(config.gpu, config.profiles)
     target = load_model(config.target, config.profiles)
-    draft = load_model(config.draft, config.profiles) if config.draft is not None else None
-    if draft is not None and draft.vocab != target.vocab:
-        raise ConfigError(f"draft {draft.name!r} has vocabulary {draft.vocab} but target {target.name!r} has "
-                          f"{target.vocab}: draft and target must share a tokenizer")
-    if config.speculative and draft is None and config.draft_cost_ratio is None:
-        raise ConfigError("speculation (gamma > 0) needs a draft model (--draft) or a fixed --draft-cost-ratio; "
-                          "use --gamma 0 for no speculation")
-    for model in (target, draft):
-        if model is not None and (model.heads % config.tp or model.kv_heads % config.tp):
-            raise ConfigError(f"--tp {config.tp} must divide {model.name}'s {model.heads} attention heads and "
-                              f"{model.kv_heads} KV heads (tensor parallelism splits heads across GPUs)")
+    _check_tp(target, config.tp, "--tp")
+    if draft_kind(config.draft) == "model":
+        _check_tp(load_model(config.draft, config.profiles), config.draft_tp or config.tp, "the draft's TP",
+                  "" if config.draft_tp else "; set --draft-tp 1 (vLLM's speculative_draft_tensor_parallel_size)")
+    fit = load_step_fit(target.name, gpu.name, config.tp, config.profiles)
+    target_cost = PassCost.build(gpu, target, config.tp, fit)
+    draft = build_draft(config.draft, gpu=gpu, target=target, target_cost=target_cost, tp=config.tp,
+                        draft_tp=config.draft_tp, profiles=config.profiles, ratio=config.draft_cost_ratio,
+                        empty=config.empty_proposals)
+    if config.speculative and draft is None:
+        raise ConfigError("speculation (gamma > 0) needs a draft (--draft MODEL, eagle, mtp or ngram) or a fixed "
+                          "--draft-cost-ratio; use --gamma 0 for no speculation")
     if config.length_dist == "fixed" and config.prompt_len + config.output_len > target.max_position:
         raise ConfigError(f"prompt_len + output_len = {config.prompt_len + config.output_len} exceeds "
                           f"{target.name}'s context of {target.max_position} tokens")
-    return gpu, target, draft
+    return Setup(gpu, target, target_cost, EngineOverhead.for_target(gpu, fit), draft)
 
 
-def memory_plan(config: SimulationConfig) -> MemoryPlan:
+def memory_plan(config: SimulationConfig, setup: Setup | None = None) -> MemoryPlan:
     """The per-GPU memory budget and maximum concurrency of ``config`` (draft included when speculating)."""
-    gpu, target, draft = _models(config)
-    return _memory_plan(config, gpu, target, draft)
-
-
-def _memory_plan(config: SimulationConfig, gpu: GPU, target: Model, draft: Model | None) -> MemoryPlan:
-    return memory_plan_for(gpu, target, draft if config.speculative else None, config.tp,
-                           config.prompt_len + config.output_len, lookahead=config.parsed_policy.max_gamma,
-                           block_tokens=config.block_size, gpu_memory_utilization=config.gpu_memory_utilization)
+    setup = resolve(config) if setup is None else setup
+    draft = setup.draft if config.speculative else None
+    return memory_plan_for(setup.gpu, setup.target, draft.weight_bytes if draft else 0.0,
+                           draft.kv_bytes_per_token if draft else 0.0, config.tp, config.prompt_len + config.output_len,
+                           lookahead=config.parsed_policy.max_gamma, block_tokens=config.block_size,
+                           gpu_memory_utilization=config.gpu_memory_utilization,
+                           max_batched_tokens=config.max_batched_tokens, draft_label=draft.name if draft else "draft")
 
 
 @dataclass(frozen=True, eq=False)
@@ -70,6 +90,8 @@ class Prepared:
     workload: Workload
     target_cost: PassCost
     costs: RoundCost
+    base_costs: RoundCost
+    acceptance: AcceptanceModel
     acceptance_seed: np.random.SeedSequence
 
 
@@ -91,8 +113,9 @@ def prepare(config: SimulationConfig) -> Prepared:
     """
     if not isinstance(config, SimulationConfig):
         raise ConfigError(f"simulate needs a SimulationConfig, got {type(config).__name__}")
-    gpu, target, draft = _models(config)
-    plan = _memory_plan(config, gpu, target, draft)
+    setup = resolve(config)
+    gpu, target, draft = setup.gpu, setup.target, setup.draft
+    plan = memory_plan(config, setup)
     arrival_ss, length_ss, acceptance_ss = np.random.SeedSequence(config.seed).spawn(3)
     workload = make_workload(config.requests, config.qps, config.arrival, config.arrival_cv, config.prompt_len,
                              config.output_len, config.length_dist, config.trace,
@@ -103,17 +126,20 @@ def prepare(config: SimulationConfig) -> Prepared:
         if -(-(worst + look) // config.block_size) > blocks:
             raise ConfigError(f"the longest request ({worst} tokens) needs more KV blocks than the "
                               f"{blocks} that fit on {gpu.name} with tp={config.tp}")
-    target_cost = PassCost.build(gpu, target, config.tp)
-    draft_cost = PassCost.build(gpu, draft, config.tp) if draft is not None else None
-    return Prepared(config, gpu, target, plan, workload, target_cost,
-                    RoundCost(target_cost, draft_cost, config.draft_cost_ratio), acceptance_ss)
+    acceptance = config.acceptance
+    if draft is not None and draft.empty > 0:
+        acceptance = EmptyProposals(acceptance, draft.empty)
+    costs = RoundCost(setup.target_cost, draft.cost if draft is not None else None, setup.overhead,
+                      empty=draft.empty if draft is not None else 0.0)
+    return Prepared(config, gpu, target, plan, workload, setup.target_cost, costs,
+                    RoundCost(setup.target_cost, None, setup.overhead), acceptance, acceptance_ss)
 
 
 def _engine_run(p: Prepared, blocks: int, speculative: bool) -> RunStats:
     config = p.config
     if speculative:
         policy, costs = config.parsed_policy, p.costs
-        acceptance = config.acceptance
+        acceptance = p.acceptance
         sampler = acceptance.sampler(np.random.default_rng(p.acceptance_seed), len(p.workload))
         cache: dict[int, float] = {}
 
@@ -126,7 +152,7 @@ def _engine_run(p: Prepared, blocks: int, speculative: bool) -> RunStats:
                 cache[g] = float(value)
             return cache[g]
     else:
-        policy, costs, sampler = NoSpeculation(), RoundCost(p.target_cost, None), None
+        policy, costs, sampler = NoSpeculation(), p.base_costs, None
 
         def tokens_per_pass(g: int) -> float:
             return 1.0
@@ -157,16 +183,16 @@ def build_row(p: Prepared, baseline: RunStats, spec: RunStats | None) -> dict[st
     row["requests"] = len(p.workload)
     row.update(metrics)
     row.update({
-        "expected_acceptance_length": config.acceptance.expected_tokens_per_pass(config.gamma) if speculative else 1.0,
+        "expected_acceptance_length": p.acceptance.expected_tokens_per_pass(config.gamma) if speculative else 1.0,
         "kv_utilization": float(stats.kv_block_seconds / (stats.busy_s * blocks)),
         "max_concurrency": plan.max_concurrency if speculative else plan.max_concurrency_no_draft,
         "max_concurrency_no_draft": plan.max_concurrency_no_draft,
         "kv_blocks": blocks,
-        "target_weight_gb": plan.target_weight_bytes / 1e9,
-        "draft_weight_gb": plan.draft_weight_bytes / 1e9 if speculative else 0.0,
-        "draft_cost_ratio_b1": float(p.costs.draft_step(1, config.prompt_len)
-                                     / p.target_cost.time(1, config.prompt_len, config.prompt_len)) if speculative else None,
+        "target_weight_gib": plan.target_weight_bytes / GIB,
+        "draft_weight_gib": plan.draft_weight_bytes / GIB if speculative else 0.0,
+        "draft_cost_ratio_b1": p.costs.draft_step_ratio(config.prompt_len) if speculative else None,
         "ridge_tokens": float(p.target_cost.ridge_tokens()),
+        "step_model_source": p.target_cost.source,
         "speedup_vs_no_spec": metrics["output_throughput"] / base_row["output_throughput"],
         "tpot_speedup_vs_no_spec": base_row["mean_tpot_ms"] / metrics["mean_tpot_ms"],
     })

@@ -1,139 +1,190 @@
-"""Roofline step times: max(bytes / bandwidth / efficiency, FLOPs / peak / mfu) + fixed overhead.
+"""Step times: ``c_fixed + c_token · batched_tokens + c_kv · kv_tokens_read`` per pass, plus the engine's own cost.
 
-A GPU profile may give one efficiency for both sides of the roofline, or a separate
-``compute_efficiency`` (MFU): the GEMMs of a verification pass over B x (gamma + 1)
-tokens reach a smaller fraction of peak than weight streaming reaches of bandwidth.
+This is the form SpecDecode-Bench fits to vLLM (arXiv 2601.11580): a pass pays a fixed
+cost (weights streamed once, kernel launches per layer, all-reduce latency), a cost per
+batched token (GEMM arithmetic, all-reduce volume) and a cost per cached token read.
+Unlike a roofline's max(memory, compute), the terms add, so the B x (γ + 1) tokens of a
+verification pass cost their share even far below the ridge, as measured passes do.
+Attention arithmetic is the one roofline left: a pass pays max(KV read, attention FLOPs).
 
-Bytes are the weights streamed once per pass plus the KV cache read over the context
-that exists before the pass; FLOPs are 2 x linear parameters per token plus attention
-(4 x heads x head_dim x context per layer and token). KV writes of the pass's own tokens
-are left out: they are at most (gamma + 1) / context of the reads, and leaving them out
-makes a memory-bound verification pass cost exactly a plain decode step, which is the
-property the paired comparison relies on. All functions broadcast over NumPy arrays so
-the engine can price many rounds at once.
+Coefficients come from a fit (``profiles.StepFit``: published, or the user's own from
+``specgauge calibrate``) or, without one, from the datasheet prior (``PassCost.prior``):
+bandwidth, peak FLOP/s, launch cost per layer and achieved fractions of each. Every
+``PassCost`` names its ``source``. All methods broadcast over NumPy arrays so the engine
+can price many rounds at once.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
-from specgauge.simulator.profiles import GPU, Model
+from specgauge.simulator.profiles import GPU, Model, StepFit
+
+PRIOR = "datasheet prior"
 
 
 @dataclass(frozen=True)
 class PassCost:
-    """One model's forward pass on one GPU of a tensor-parallel group of ``tp``."""
+    """Seconds of one forward pass: ``c_fixed + c_token·tokens + max(c_kv·kv, c_attn·attn)``."""
 
-    weight_bytes: float          # streamed per pass, per GPU
-    kv_bytes_per_token: float    # per GPU
-    flops_per_token: float       # linear layers, per GPU
-    attn_flops_per_ctx: float    # per query token and context token, per GPU
-    bandwidth: float
-    peak_flops: float
-    efficiency: float
-    mfu: float
-    overhead_s: float
-    allreduce_s_per_token: float
-    allreduce_fixed_s: float
+    c_fixed: float
+    c_token: float
+    c_kv: float
+    c_attn: float = 0.0
+    source: str = PRIOR
 
     @classmethod
-    def build(cls, gpu: GPU, model: Model, tp: int = 1) -> "PassCost":
+    def from_shape(cls, gpu: GPU, *, linear_params: float, kv_bytes_per_token: float, attn_flops_per_ctx: float,
+                   layers: int, hidden: int, dtype_bytes: int, tp: int = 1, layer_overhead_us: float | None = None
+                   ) -> "PassCost":
+        """The datasheet prior of a pass over a network of this shape, split over ``tp`` GPUs."""
         per_gpu = 1.0 / tp
+        launch = gpu.layer_overhead_us if layer_overhead_us is None else layer_overhead_us
+        c_fixed = linear_params * dtype_bytes * per_gpu / (gpu.bandwidth * gpu.efficiency) + layers * launch * 1e-6
+        c_token = 2.0 * linear_params * per_gpu / (gpu.peak_flops * gpu.mfu)
         if tp > 1:
             # Two ring all-reduces per layer over tokens x hidden activations.
             ring = 2.0 * (tp - 1) / tp
-            per_token = 2 * model.layers * ring * model.hidden * model.dtype_bytes / gpu.link_bandwidth
-            fixed = 2 * model.layers * gpu.allreduce_latency_us * 1e-6
-        else:
-            per_token = fixed = 0.0
-        return cls(
-            weight_bytes=model.linear_params * model.dtype_bytes * per_gpu,
-            kv_bytes_per_token=model.kv_bytes_per_token * per_gpu,
-            flops_per_token=2.0 * model.linear_params * per_gpu,
-            attn_flops_per_ctx=4.0 * model.layers * model.heads * model.head_dim * per_gpu,
-            bandwidth=gpu.bandwidth,
-            peak_flops=gpu.peak_flops,
-            efficiency=gpu.efficiency,
-            mfu=gpu.mfu,
-            overhead_s=gpu.step_overhead_ms * 1e-3,
-            allreduce_s_per_token=per_token,
-            allreduce_fixed_s=fixed,
-        )
+            c_token += 2 * layers * ring * hidden * dtype_bytes / gpu.link_bandwidth
+            c_fixed += 2 * layers * gpu.allreduce_latency_us * 1e-6
+        return cls(c_fixed=c_fixed, c_token=c_token,
+                   c_kv=kv_bytes_per_token * per_gpu / (gpu.bandwidth * gpu.kv_efficiency),
+                   c_attn=attn_flops_per_ctx * per_gpu / (gpu.peak_flops * gpu.mfu), source=PRIOR)
 
-    def memory_s(self, ctx):
-        """Achieved seconds to stream the weights and read the KV cache."""
-        return (self.weight_bytes + self.kv_bytes_per_token * ctx) / (self.bandwidth * self.efficiency)
+    @classmethod
+    def prior(cls, gpu: GPU, model: Model, tp: int = 1, layer_overhead_us: float | None = None) -> "PassCost":
+        return cls.from_shape(gpu, linear_params=model.linear_params, kv_bytes_per_token=model.kv_bytes_per_token,
+                              attn_flops_per_ctx=4.0 * model.layers * model.heads * model.head_dim,
+                              layers=model.layers, hidden=model.hidden, dtype_bytes=model.dtype_bytes, tp=tp,
+                              layer_overhead_us=layer_overhead_us)
 
-    def compute_s(self, tokens, attn):
-        """Achieved seconds of arithmetic."""
-        return (self.flops_per_token * tokens + self.attn_flops_per_ctx * attn) / (self.peak_flops * self.mfu)
+    @classmethod
+    def from_fit(cls, fit: StepFit, attn_from: "PassCost | None" = None) -> "PassCost":
+        """A fit's coefficients; attention arithmetic (not in the fit's form) from the prior."""
+        return cls(c_fixed=fit.c_fixed_ms * 1e-3, c_token=fit.c_token_us * 1e-6, c_kv=fit.c_kv_ns * 1e-9,
+                   c_attn=fit.c_attn_ns * 1e-9 if fit.c_attn_ns is not None else
+                   attn_from.c_attn if attn_from is not None else 0.0, source=fit.source)
 
-    def time(self, tokens, ctx, attn):
-        """Seconds for a pass over ``tokens`` new tokens reading ``ctx`` cached tokens.
+    @classmethod
+    def build(cls, gpu: GPU, model: Model, tp: int = 1, fit: StepFit | None = None) -> "PassCost":
+        prior = cls.prior(gpu, model, tp)
+        return prior if fit is None else cls.from_fit(fit, prior)
+
+    def time(self, tokens, kv, attn):
+        """Seconds for a pass over ``tokens`` new tokens reading ``kv`` cached tokens.
 
         ``attn`` is the sum over new tokens of the context each attends to.
         """
-        if isinstance(ctx, np.ndarray):
-            roof = np.maximum(self.memory_s(ctx), self.compute_s(tokens, attn))
-        else:
-            roof = max(self.memory_s(ctx), self.compute_s(tokens, attn))
-        comm = self.allreduce_fixed_s + self.allreduce_s_per_token * tokens if self.allreduce_fixed_s else 0.0
-        return roof + self.overhead_s + comm
+        return self.c_fixed + self.c_token * tokens + np.maximum(self.c_kv * kv, self.c_attn * attn)
 
-    def is_compute_bound(self, tokens, ctx, attn):
-        return self.compute_s(tokens, attn) > self.memory_s(ctx)
+    def is_compute_bound(self, tokens, kv, attn):
+        """Whether the per-token term outweighs the fixed and KV terms."""
+        return self.c_token * tokens + self.c_attn * attn > self.c_fixed + self.c_kv * kv
 
-    def ridge_tokens(self, ctx: float = 0.0) -> float:
-        """Batch tokens at which compute time equals memory time (attention ignored)."""
-        return self.memory_s(ctx) * self.peak_flops * self.mfu / self.flops_per_token
+    def ridge_tokens(self, kv: float = 0.0) -> float:
+        """Batched tokens at which the per-token cost equals the fixed and KV cost."""
+        return (self.c_fixed + self.c_kv * kv) / self.c_token if self.c_token else float("inf")
+
+
+@dataclass(frozen=True)
+class EngineOverhead:
+    """The engine's own cost: per step (scheduler, input preparation), per speculative step, per token."""
+
+    step_s: float = 0.0
+    spec_step_s: float = 0.0
+    token_s: float = 0.0
+
+    @classmethod
+    def for_target(cls, gpu: GPU, fit: StepFit | None) -> "EngineOverhead":
+        """A fit of whole engine steps already holds the per-step and per-token overheads."""
+        included = fit is not None and fit.includes_engine
+        spec = fit.spec_overhead_ms if fit is not None and fit.spec_overhead_ms is not None else gpu.spec_overhead_ms
+        return cls(step_s=0.0 if included else gpu.step_overhead_ms * 1e-3, spec_step_s=spec * 1e-3,
+                   token_s=0.0 if included else gpu.sample_us_per_token * 1e-6)
+
+    def __call__(self, tokens, speculative: bool):
+        return self.step_s + (self.spec_step_s if speculative else 0.0) + self.token_s * tokens
+
+
+class DraftCost(Protocol):
+    """What a proposer costs: a round of ``steps`` passes drafting ``drafted`` tokens per sequence, and prefill."""
+
+    def round(self, batch: int, steps: int, drafted: float, ctx, verify_s): ...
+
+    def prefill(self, tokens: int, ctx: float, attn: float) -> float: ...
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What one speculative round does per sequence: draft passes, drafted tokens, verified tokens."""
+
+    steps: int
+    drafted: float
+    verified: float
+
+
+def chain(gamma: int, empty: float = 0.0) -> Shape:
+    """A chain of γ drafts; a proposal is empty with probability ``empty`` (n-gram lookup misses)."""
+    drafted = gamma * (1.0 - empty)
+    return Shape(steps=gamma, drafted=drafted, verified=1.0 + drafted)
 
 
 @dataclass(frozen=True)
 class RoundCost:
-    """Price of one engine iteration: gamma draft steps, then one target verification pass.
+    """Price of one engine iteration: the proposer's round, then one target verification pass.
 
-    With ``draft_ratio`` set (the textbook c), each draft step costs c times the target's
-    one-token-per-sequence pass at the same batch and context instead of its roofline.
+    ``shape(γ)`` says how many tokens a round drafts and verifies (a chain by default; a
+    tree drafts and verifies all its nodes). ``draft`` is None without speculation.
     """
 
     target: PassCost
-    draft: PassCost | None
-    draft_ratio: float | None = None
+    draft: DraftCost | None
+    overhead: EngineOverhead = EngineOverhead()
+    empty: float = 0.0
+    tree: Shape | None = None
+
+    def shape(self, gamma: int) -> Shape:
+        return self.tree if self.tree is not None else chain(gamma, self.empty)
 
     def decode_round(self, batch: int, gamma: int, ctx):
         """(seconds, target compute-bound?) for ``batch`` decoding sequences with context sum ``ctx``."""
-        tokens = batch * (gamma + 1)
-        target = self.target.time(tokens, ctx, (gamma + 1) * ctx)
-        bound = self.target.is_compute_bound(tokens, ctx, (gamma + 1) * ctx)
         if gamma == 0:
-            return target, bound
-        return target + gamma * self.draft_step(batch, ctx), bound
-
-    def draft_step(self, tokens, ctx, attn=None):
-        """Seconds of one draft step over ``tokens`` sequences (the fixed ratio c when set)."""
-        attn = ctx if attn is None else attn
-        if self.draft_ratio is not None:
-            return self.draft_ratio * self.target.time(tokens, ctx, attn)
-        assert self.draft is not None
-        return self.draft.time(tokens, ctx, attn)
+            seconds = self.target.time(batch, ctx, ctx) + self.overhead(batch, False)
+            return seconds, self.target.is_compute_bound(batch, ctx, ctx)
+        shape = self.shape(gamma)
+        tokens = batch * shape.verified
+        verify = self.target.time(tokens, ctx, shape.verified * ctx)
+        bound = self.target.is_compute_bound(tokens, ctx, shape.verified * ctx)
+        seconds = verify + self.draft.round(batch, shape.steps, shape.drafted, ctx, verify) + self.overhead(tokens, True)
+        return seconds, bound
 
     def mixed_round(self, batch: int, gamma: int, ctx: float, prefill_tokens: int, prefill_ctx: float,
                     prefill_attn: float, speculative: bool) -> tuple[float, bool]:
         """An iteration that decodes ``batch`` sequences and prefills ``prefill_tokens`` prompt tokens.
 
-        The draft (when the run speculates) prefills the same prompt chunk in its first step.
+        The proposer (when the run speculates) prefills the same prompt chunk.
         """
-        tokens = batch * (gamma + 1) + prefill_tokens
+        shape = self.shape(gamma) if gamma > 0 else Shape(0, 0.0, 1.0)
+        tokens = batch * shape.verified + prefill_tokens
         kv = ctx + prefill_ctx
-        attn = (gamma + 1) * ctx + prefill_attn
-        seconds = float(self.target.time(tokens, kv, attn))
+        attn = shape.verified * ctx + prefill_attn
+        verify = float(self.target.time(tokens, kv, attn))
         bound = bool(self.target.is_compute_bound(tokens, kv, attn))
-        if speculative and (gamma > 0 or prefill_tokens):
-            if gamma > 0:
-                seconds += float(self.draft_step(batch + prefill_tokens, kv, ctx + prefill_attn))
-                seconds += (gamma - 1) * float(self.draft_step(batch, ctx))
-            else:
-                seconds += float(self.draft_step(prefill_tokens, prefill_ctx, prefill_attn))
+        seconds = verify + float(self.overhead(tokens, speculative and gamma > 0))
+        if speculative and self.draft is not None:
+            if gamma > 0 and batch:
+                seconds += float(self.draft.round(batch, shape.steps, shape.drafted, ctx, verify))
+            if prefill_tokens:
+                seconds += float(self.draft.prefill(prefill_tokens, prefill_ctx, prefill_attn))
         return seconds, bound
+
+    def draft_step_ratio(self, ctx: float) -> float | None:
+        """c at batch 1: one draft step's cost over one plain decode step's (both at context ``ctx``)."""
+        if self.draft is None:
+            return None
+        step = float(self.target.time(1, ctx, ctx) + self.overhead(1, False))
+        one = float(self.draft.round(1, 1, 1.0, ctx, step))
+        return one / step

@@ -1,9 +1,12 @@
-"""GPU memory: weights, both KV caches at block granularity and a reserve; concurrency follows.
+"""GPU memory as vLLM accounts it: binary GiB, weights, an activation and CUDA-graph reserve, both KV caches.
 
-vLLM's accounting: a fraction ``gpu_memory_utilization`` of the memory is the engine's;
-the rest is the reserve (CUDA context, activations, fragmentation). Weights come out of
-the engine's share and the remainder is cut into KV blocks. With a draft, every block
-holds the draft's KV for the same tokens too, so a block costs target + draft bytes.
+A fraction ``gpu_memory_utilization`` of the capacity (binary, as the driver reports it)
+is the engine's. Out of it come the weights, the activation peak of a profiling pass over
+``max_batched_tokens`` tokens and the memory torch does not allocate (CUDA context, NCCL
+and cuBLAS workspaces, CUDA graphs: ``non_torch_gib``); the rest is cut into KV blocks.
+With a draft, every block holds the draft's KV for the same tokens too, at the draft's
+own TP: a draft model at TP 1 beside a TP 4 target keeps all of its weights and KV on
+the GPU it shares with one target shard, and that GPU sets the block count.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from specgauge.errors import ConfigError
-from specgauge.simulator.profiles import GPU, Model
+from specgauge.simulator.profiles import GIB, GPU, Model
 
 
 @dataclass(frozen=True)
@@ -21,6 +24,7 @@ class MemoryPlan:
 
     gpu_bytes: float
     reserve_bytes: float
+    activation_bytes: float
     target_weight_bytes: float
     draft_weight_bytes: float
     kv_budget_bytes: float
@@ -39,21 +43,30 @@ class MemoryPlan:
         return asdict(self)
 
 
-def memory_plan_for(gpu: GPU, target: Model, draft: Model | None, tp: int, tokens_per_request: int,
-                    lookahead: int = 0, block_tokens: int = 16, gpu_memory_utilization: float = 0.9) -> MemoryPlan:
-    """Blocks and maximum concurrency with and without the draft; refuses what does not fit."""
+def activation_bytes(model: Model, max_batched_tokens: int, tp: int) -> float:
+    """Peak activations of a pass over ``max_batched_tokens`` tokens: the MLP's gate and up outputs plus residuals."""
+    return max_batched_tokens * (2 * model.intermediate + 4 * model.hidden) * model.dtype_bytes / tp
+
+
+def memory_plan_for(gpu: GPU, target: Model, draft_weight_bytes: float, draft_kv_bytes_per_token: float, tp: int,
+                    tokens_per_request: int, lookahead: int = 0, block_tokens: int = 16,
+                    gpu_memory_utilization: float = 0.9, max_batched_tokens: int = 8192,
+                    draft_label: str = "draft") -> MemoryPlan:
+    """Blocks and maximum concurrency with and without the draft (per-GPU draft bytes given); refuses what does not fit."""
     gpu_bytes = gpu.memory_bytes
-    reserve = (1.0 - gpu_memory_utilization) * gpu_bytes
+    activation = activation_bytes(target, max_batched_tokens, tp)
+    reserve = (1.0 - gpu_memory_utilization) * gpu_bytes + gpu.non_torch_gib * GIB + activation
     target_w = target.weight_bytes / tp
-    draft_w = draft.weight_bytes / tp if draft is not None else 0.0
+    draft_w = draft_weight_bytes
     engine = gpu_bytes - reserve
     if target_w + draft_w >= engine:
-        what = f"target {target_w / 1e9:.1f} GB" + (f" + draft {draft_w / 1e9:.1f} GB" if draft else "")
+        what = f"target {target_w / GIB:.1f} GiB" + (f" + {draft_label} {draft_w / GIB:.1f} GiB" if draft_w else "")
         raise ConfigError(
-            f"weights do not fit: {what} per GPU > {engine / 1e9:.1f} GB usable "
-            f"({gpu.name}: {gpu_bytes / 1e9:.0f} GB x {gpu_memory_utilization:g}, tp={tp}); raise --tp or pick a bigger GPU")
+            f"weights do not fit: {what} per GPU > {engine / GIB:.1f} GiB usable "
+            f"({gpu.name}: {gpu_bytes / GIB:.1f} GiB x {gpu_memory_utilization:g} less {(reserve - (1 - gpu_memory_utilization) * gpu_bytes) / GIB:.1f} GiB "
+            f"activations and CUDA context, tp={tp}); raise --tp or pick a bigger GPU")
     target_block = target.kv_bytes_per_token / tp * block_tokens
-    draft_block = draft.kv_bytes_per_token / tp * block_tokens if draft is not None else 0.0
+    draft_block = draft_kv_bytes_per_token * block_tokens
     budget = engine - target_w - draft_w
     budget_no_draft = engine - target_w
     blocks = int(budget // (target_block + draft_block))
@@ -63,11 +76,12 @@ def memory_plan_for(gpu: GPU, target: Model, draft: Model | None, tp: int, token
     if blocks < per_request:
         raise ConfigError(
             f"KV cache too small: one request of {tokens_per_request + lookahead} tokens needs {per_request} blocks "
-            f"({per_request * (target_block + draft_block) / 1e9:.2f} GB) but only {budget / 1e9:.2f} GB "
+            f"({per_request * (target_block + draft_block) / GIB:.2f} GiB) but only {budget / GIB:.2f} GiB "
             f"({blocks} blocks) is left after weights on {gpu.name}, tp={tp}")
     return MemoryPlan(
-        gpu_bytes=gpu_bytes, reserve_bytes=reserve, target_weight_bytes=target_w, draft_weight_bytes=draft_w,
-        kv_budget_bytes=budget, kv_budget_no_draft_bytes=budget_no_draft, block_tokens=block_tokens, target_block_bytes=target_block,
-        draft_block_bytes=draft_block, total_blocks=blocks, total_blocks_no_draft=blocks_no_draft,
-        blocks_per_request=per_request, blocks_per_request_no_draft=per_request_no_draft,
-        max_concurrency=blocks // per_request, max_concurrency_no_draft=blocks_no_draft // per_request_no_draft)
+        gpu_bytes=gpu_bytes, reserve_bytes=reserve, activation_bytes=activation, target_weight_bytes=target_w,
+        draft_weight_bytes=draft_w, kv_budget_bytes=budget, kv_budget_no_draft_bytes=budget_no_draft,
+        block_tokens=block_tokens, target_block_bytes=target_block, draft_block_bytes=draft_block, total_blocks=blocks,
+        total_blocks_no_draft=blocks_no_draft, blocks_per_request=per_request,
+        blocks_per_request_no_draft=per_request_no_draft, max_concurrency=blocks // per_request,
+        max_concurrency_no_draft=blocks_no_draft // per_request_no_draft)

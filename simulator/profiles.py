@@ -18,34 +18,55 @@ from typing import Any
 
 from specgauge.errors import ConfigError
 
+GIB = float(2 ** 30)
 _DTYPE_BYTES = {"bf16": 2, "fp16": 2, "float16": 2, "bfloat16": 2, "fp8": 1, "fp32": 4, "float32": 4}
 
 
 @dataclass(frozen=True)
 class GPU:
-    """One accelerator: dense BF16 peak, HBM bandwidth and capacity, link bandwidth."""
+    """One accelerator (dense BF16 peak, HBM bandwidth and capacity, link) and the priors of its step time.
+
+    Capacity is binary (``memory_gib``: what the driver reports, as vLLM counts it);
+    ``memory_gb`` (decimal) is still read from older user files. The remaining fields are
+    the datasheet prior of the step-time model (see ``cost.PassCost.prior``): the achieved
+    fractions of bandwidth and peak, the launch cost per layer of a CUDA-graphed pass and
+    of an eager draft model's pass, and the engine's own costs per step and per token.
+    """
 
     name: str
     peak_tflops: float
     bandwidth_tb_s: float
-    memory_gb: float
+    memory_gib: float | None = None
+    memory_gb: float | None = None
     link_gb_s: float = 900.0
-    efficiency: float = 0.7
-    step_overhead_ms: float = 0.4
+    efficiency: float = 0.9             # fraction of HBM bandwidth while streaming weights
+    kv_efficiency: float = 1.0          # ... while reading the KV cache
+    compute_efficiency: float | None = 0.75  # MFU of the batched-token GEMMs; None: same as efficiency
+    layer_overhead_us: float = 25.0     # per layer of a CUDA-graphed forward pass
+    draft_layer_overhead_us: float = 65.0  # per layer of a separate draft model's pass (eager proposer)
+    step_overhead_ms: float = 0.15      # engine per step: scheduler, input preparation
+    spec_overhead_ms: float = 1.21      # extra per speculative step: proposer bookkeeping, rejection sampler
+    sample_us_per_token: float = 1.0    # sampling / verification per batched token
     allreduce_latency_us: float = 10.0
-    compute_efficiency: float | None = None  # MFU of a serving step's GEMMs; None: same as efficiency
+    non_torch_gib: float = 1.0          # CUDA context, NCCL and cuBLAS workspaces, CUDA graphs
+    source: str = "datasheet prior"
 
     def __post_init__(self) -> None:
-        for name in ("peak_tflops", "bandwidth_tb_s", "memory_gb", "link_gb_s"):
+        if (self.memory_gib is None) == (self.memory_gb is None):
+            raise ConfigError(f"GPU profile {self.name!r}: give memory_gib (binary, as the driver reports) "
+                              "or memory_gb (decimal), exactly one")
+        for name in ("peak_tflops", "bandwidth_tb_s", "link_gb_s", "memory_gib" if self.memory_gib is not None else "memory_gb"):
             value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ConfigError(f"GPU profile {self.name!r}: {name} must be > 0, got {value!r}")
-        for name in ("efficiency", "compute_efficiency"):
+        for name in ("efficiency", "kv_efficiency", "compute_efficiency"):
             value = getattr(self, name)
             if value is not None and not 0 < value <= 1:
                 raise ConfigError(f"GPU profile {self.name!r}: {name} must be in (0, 1], got {value!r}")
-        if self.step_overhead_ms < 0 or self.allreduce_latency_us < 0:
-            raise ConfigError(f"GPU profile {self.name!r}: overheads must be >= 0")
+        for name in ("layer_overhead_us", "draft_layer_overhead_us", "step_overhead_ms", "spec_overhead_ms",
+                     "sample_us_per_token", "allreduce_latency_us", "non_torch_gib"):
+            if not getattr(self, name) >= 0:
+                raise ConfigError(f"GPU profile {self.name!r}: {name} must be >= 0")
 
     @property
     def mfu(self) -> float:
@@ -58,17 +79,48 @@ class GPU:
 
     @property
     def bandwidth(self) -> float:
-        """Bytes per second."""
+        """Bytes per second (datasheets quote decimal TB/s)."""
         return self.bandwidth_tb_s * 1e12
 
     @property
     def memory_bytes(self) -> float:
-        return self.memory_gb * 1e9
+        return self.memory_gib * GIB if self.memory_gib is not None else self.memory_gb * 1e9
 
     @property
     def link_bandwidth(self) -> float:
         """One direction of the GPU-to-GPU link, bytes per second (datasheets quote both ways)."""
         return self.link_gb_s * 1e9 / 2
+
+
+@dataclass(frozen=True)
+class StepFit:
+    """Fitted step-time coefficients of one model on one GPU at one TP: ``c_fixed + c_token·tokens + c_kv·kv``.
+
+    ``includes_engine``: the fit timed whole engine steps, so the per-step and per-token
+    engine overheads are inside the coefficients and are not added again. ``per_round``:
+    a draft's fit of a whole proposal (γ tokens per sequence), not of one draft pass.
+    """
+
+    name: str
+    c_fixed_ms: float
+    c_token_us: float
+    c_kv_ns: float = 0.0
+    c_attn_ns: float | None = None   # attention arithmetic per (query x context) token; None: the datasheet prior
+    includes_engine: bool = True
+    per_round: bool = False
+    spec_overhead_ms: float | None = None
+    source: str = "unstated"
+
+    def __post_init__(self) -> None:
+        for name in ("c_fixed_ms", "c_token_us", "c_kv_ns"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise ConfigError(f"step fit {self.name!r}: {name} must be a number >= 0, got {value!r}")
+
+
+def step_key(model: str, gpu: str, tp: int) -> str:
+    """Name of a step fit: ``MODEL@GPU@tpN`` (drafts: ``eagle:TARGET@GPU@tpN`` and the like)."""
+    return f"{model}@{gpu}@tp{tp}".lower()
 
 
 @dataclass(frozen=True)
@@ -136,8 +188,8 @@ def _read_table_file(path: str | Path) -> dict[str, Any]:
         data = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
     except (ValueError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"profiles file {str(path)!r} is not valid {'JSON' if path.suffix == '.json' else 'TOML'}: {exc}") from None
-    if not isinstance(data, dict) or not set(data) <= {"gpus", "models"}:
-        raise ConfigError(f"profiles file {str(path)!r} must hold only [gpus.NAME] and [models.NAME] tables")
+    if not isinstance(data, dict) or not set(data) <= {"gpus", "models", "steps"}:
+        raise ConfigError(f"profiles file {str(path)!r} must hold only [gpus.NAME], [models.NAME] and [steps.NAME] tables")
     return data
 
 
@@ -146,7 +198,8 @@ def _bundled() -> dict[str, Any]:
     root = importlib.resources.files("specgauge.fixtures") / "hardware"
     gpus = tomllib.loads((root / "gpus.toml").read_text())["gpus"]
     models = tomllib.loads((root / "models.toml").read_text())["models"]
-    return {"gpus": gpus, "models": models}
+    steps = tomllib.loads((root / "steps.toml").read_text())["steps"]
+    return {"gpus": gpus, "models": models, "steps": steps}
 
 
 def _build(kind: str, cls: type, name: str, entry: dict[str, Any], source: str) -> Any:
@@ -162,7 +215,7 @@ def _build(kind: str, cls: type, name: str, entry: dict[str, Any], source: str) 
 
 
 @functools.lru_cache(maxsize=16)
-def _catalogue(profiles: str | None) -> tuple[dict[str, GPU], dict[str, Model], dict[str, str]]:
+def _catalogue(profiles: str | None) -> tuple[dict[str, GPU], dict[str, Model], dict[str, str], dict[str, StepFit]]:
     """Name -> profile maps (plus aliases -> name), bundled first, then the user's file."""
     sources = [("bundled profiles", _bundled())]
     if profiles is not None:
@@ -170,6 +223,7 @@ def _catalogue(profiles: str | None) -> tuple[dict[str, GPU], dict[str, Model], 
     gpus: dict[str, GPU] = {}
     models: dict[str, Model] = {}
     aliases: dict[str, str] = {}
+    steps: dict[str, StepFit] = {}
     for source, data in sources:
         for name, entry in data.get("gpus", {}).items():
             key = name.lower()
@@ -179,7 +233,10 @@ def _catalogue(profiles: str | None) -> tuple[dict[str, GPU], dict[str, Model], 
         for name, entry in data.get("models", {}).items():
             key = name.lower()
             models[key] = _build("model", Model, key, dict(entry), source)
-    return gpus, models, aliases
+        for name, entry in data.get("steps", {}).items():
+            key = name.lower()
+            steps[key] = _build("step fit", StepFit, key, dict(entry), source)
+    return gpus, models, aliases, steps
 
 
 def known_gpus(profiles: str | None = None) -> list[str]:
@@ -194,7 +251,7 @@ def known_models(profiles: str | None = None) -> list[str]:
 
 def load_gpu(name: str, profiles: str | None = None) -> GPU:
     """The GPU profile called ``name`` (case-insensitive; common aliases such as ``h100`` work)."""
-    gpus, _, aliases = _catalogue(profiles)
+    gpus, _, aliases, _ = _catalogue(profiles)
     key = str(name).lower()
     key = aliases.get(("gpu", key), key)  # type: ignore[call-overload]
     if key not in gpus:
@@ -209,3 +266,8 @@ def load_model(name: str, profiles: str | None = None) -> Model:
     if key not in models:
         raise ConfigError(f"unknown model {name!r}; known: {', '.join(sorted(models))}")
     return models[key]
+
+
+def load_step_fit(model: str, gpu: str, tp: int, profiles: str | None = None) -> StepFit | None:
+    """The fitted coefficients for ``model`` on ``gpu`` at ``tp``, or None (then the datasheet prior applies)."""
+    return _catalogue(profiles)[3].get(step_key(model, gpu, tp))

@@ -25,15 +25,28 @@ def pmf(alpha: float, gamma: int) -> np.ndarray:
     return p
 
 
-def textbook(alpha: float, gamma: int, c: float, seed: int = 0) -> dict:
+#: The textbook's cost model as a step fit: every pass costs the same, whatever its tokens,
+#: and a speculative step adds nothing; only then is the speed-up exactly E[N] / (γc + 1).
+TEXTBOOK_FIT = ('[steps."llama-3.1-8b@h100-sxm@tp1"]\nc_fixed_ms = 10.0\nc_token_us = 0.0\nc_kv_ns = 0.0\n'
+                'c_attn_ns = 0.0\nspec_overhead_ms = 0.0\nsource = "textbook: a pass costs the same whatever its tokens"\n')
+
+
+@pytest.fixture(scope="module")
+def textbook_profiles(tmp_path_factory):
+    path = tmp_path_factory.mktemp("profiles") / "textbook.toml"
+    path.write_text(TEXTBOOK_FIT)
+    return str(path)
+
+
+def textbook(profiles: str, alpha: float, gamma: int, c: float, seed: int = 0) -> dict:
     return simulate(SimulationConfig(gpu="h100-sxm", target="llama-3.1-8b", draft=None, gamma=gamma,
                                      acceptance=IIDAcceptance(alpha), draft_cost_ratio=c, batch_size=1,
-                                     requests=2, prompt_len=16, output_len=30_000, seed=seed))
+                                     requests=2, prompt_len=16, output_len=30_000, seed=seed, profiles=profiles))
 
 
 @pytest.mark.parametrize("alpha,gamma,c", [(0.8, 4, 0.1), (0.6, 3, 0.05)])
-def test_batch_one_reproduces_leviathan(alpha, gamma, c):
-    row = textbook(alpha, gamma, c)
+def test_batch_one_reproduces_leviathan(textbook_profiles, alpha, gamma, c):
+    row = textbook(textbook_profiles, alpha, gamma, c)
     p = pmf(alpha, gamma)
     mean_n = (1 - alpha ** (gamma + 1)) / (1 - alpha)
     sd_n = math.sqrt(((np.arange(gamma + 1) + 1) ** 2 * p).sum() - mean_n ** 2)
@@ -57,10 +70,12 @@ def test_engine_tokens_per_pass_distribution_is_truncated_geometric():
     assert stats.chisquare(observed, pmf(alpha, gamma) * drafts).pvalue > FALSE_FAIL
 
 
-def test_free_draft_and_zero_acceptance_is_exactly_no_speculation():
+def test_free_draft_and_zero_acceptance_is_exactly_no_speculation(textbook_profiles):
     for qps in (None, 20.0):
-        row = simulate(SimulationConfig(gamma=4, acceptance=IIDAcceptance(0.0), draft_cost_ratio=0.0, batch_size=8,
-                                        requests=100, prompt_len=16, output_len=64, qps=qps, seed=5))
+        row = simulate(SimulationConfig(gpu="h100-sxm", target="llama-3.1-8b", draft=None, gamma=4,
+                                        acceptance=IIDAcceptance(0.0), draft_cost_ratio=0.0, batch_size=8,
+                                        requests=100, prompt_len=16, output_len=64, qps=qps, seed=5,
+                                        profiles=textbook_profiles))
         assert row["speedup_vs_no_spec"] == 1.0
         assert row["mean_tpot_ms"] == row["no_spec_mean_tpot_ms"]
 
@@ -75,14 +90,13 @@ def test_same_seed_same_row_and_other_seed_other_row():
 
 def test_speedup_falls_with_batch_size_and_turns_into_a_slowdown():
     speedups = []
-    # Batch 1 and small batches are both memory-bound (equal speed-ups up to noise), so the
-    # sizes compared lie on either side of the ridge (about 206 tokens on an H200).
+    # Verification pays per token at every batch size, so the speed-up falls from batch 1 on.
     for batch in (1, 64, 128, 256):
         row = simulate(SimulationConfig(gamma=4, acceptance=IIDAcceptance(0.6), batch_size=batch,
                                         requests=max(3 * batch, 48), prompt_len=32, output_len=128, seed=1))
         speedups.append(row["speedup_vs_no_spec"])
     assert speedups == sorted(speedups, reverse=True), speedups
-    assert speedups[0] > 1.5 and speedups[-1] < 1.0, speedups
+    assert speedups[0] > 1.2 and speedups[-1] < 1.0, speedups
 
 
 def test_draft_lowers_concurrency_by_exactly_its_weights_and_kv():
@@ -91,6 +105,7 @@ def test_draft_lowers_concurrency_by_exactly_its_weights_and_kv():
     plan = memory_plan(config)
     draft = load_model("llama-3.2-1b")
     assert plan.kv_budget_no_draft_bytes - plan.kv_budget_bytes == draft.weight_bytes
+    assert plan.reserve_bytes > 0.1 * plan.gpu_bytes + plan.activation_bytes > 0.1 * plan.gpu_bytes
     block = plan.target_block_bytes + plan.draft_block_bytes
     assert plan.draft_block_bytes == draft.kv_bytes_per_token * 16
     assert plan.total_blocks == plan.kv_budget_bytes // block
@@ -103,22 +118,22 @@ def test_draft_lowers_concurrency_by_exactly_its_weights_and_kv():
     assert no_spec.max_concurrency == plan.max_concurrency_no_draft
 
 
-def test_verification_costs_a_decode_step_below_the_ridge_and_grows_linearly_beyond():
+def test_verification_below_the_ridge_is_not_free_and_grows_linearly():
     cost = PassCost.build(load_gpu("h200"), load_model("qwen3-32b"))
     ctx = 4 * 1000
-    ridge = cost.ridge_tokens(ctx)
-    assert 100 < ridge < 300
-    assert cost.time(4 * 5, ctx, 5 * ctx) == pytest.approx(cost.time(4, ctx, ctx), rel=1e-3)
-    big = [cost.time(tokens, ctx, 0) for tokens in (4 * ridge, 8 * ridge, 12 * ridge)]
+    assert 100 < cost.ridge_tokens(ctx) < 300
+    decode, verify = cost.time(4, ctx, ctx), cost.time(4 * 5, ctx, 5 * ctx)
+    assert verify - decode == pytest.approx(cost.c_token * 16, rel=1e-9) and cost.c_token > 0
+    big = [cost.time(tokens, ctx, 0) for tokens in (400, 800, 1200)]
     assert big[2] - big[1] == pytest.approx(big[1] - big[0], rel=1e-9)
-    assert big[1] > 1.9 * cost.time(1, ctx, 0) * 4
 
 
 def test_tensor_parallel_splits_weights_and_adds_communication():
     gpu, model = load_gpu("h100-sxm"), load_model("llama-3.1-70b")
     one, four = PassCost.build(gpu, model, 1), PassCost.build(gpu, model, 4)
-    assert four.weight_bytes == pytest.approx(one.weight_bytes / 4)
-    assert four.allreduce_fixed_s > 0 and one.allreduce_fixed_s == 0
+    assert four.c_kv == pytest.approx(one.c_kv / 4)
+    assert four.c_fixed < one.c_fixed / 2            # a quarter of the weights, plus all-reduce latency
+    assert four.c_token > one.c_token / 4            # a quarter of the arithmetic, plus all-reduce volume
 
 
 @pytest.mark.parametrize("policy,check", [

@@ -1,0 +1,172 @@
+"""The proposers people run, each with its own cost, memory and acceptance defaults.
+
+- ``model``: a separate small LM (any model profile name) at its own ``draft_tp``; each
+  draft step is its own pass, paying an eager pass's launch cost per layer.
+- ``eagle``: an EAGLE-3 head: one decoder layer of the target's shape on the target's
+  hidden states (a fc from 3 x hidden), a 32,000-token LM head, its own one-layer KV.
+- ``mtp``: a multi-token-prediction module: one decoder layer plus a 2 x hidden
+  projection, sharing the target's embedding and LM head, reused for every step.
+- ``ngram``: prompt lookup on the CPU: no GPU memory, a cost that is a fraction of the
+  verify pass, and proposals that are often empty.
+
+``build_draft`` returns a ``Draft``: what memory holds (per GPU), what a round costs
+and the acceptance to assume when the user gives none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specgauge.errors import ConfigError
+from specgauge.simulator.acceptance import AcceptanceModel, IIDAcceptance
+from specgauge.simulator.cost import PassCost
+from specgauge.simulator.profiles import GPU, Model, StepFit, load_model, load_step_fit
+
+KINDS = ("model", "eagle", "mtp", "ngram")
+_ALIASES = {"eagle": "eagle", "eagle3": "eagle", "eagle-3": "eagle", "mtp": "mtp", "ngram": "ngram",
+            "n-gram": "ngram", "prompt-lookup": "ngram"}
+EAGLE_DRAFT_VOCAB = 32_000          # EAGLE-3 checkpoints' draft_vocab_size (d2t maps to the target's)
+NGRAM_VERIFY_FRACTION = 0.0059      # SpecDecode-Bench: the n-gram proposer costs 0.59 % of the verify pass
+NGRAM_EMPTY = 0.5                   # share of empty n-gram proposals: a placeholder, replay a trace instead
+
+#: Acceptance assumed when the user gives none. Placeholders, not measurements: calibrate
+#: with --acceptance (a vLLM result JSON or a trace) before reading a decision off them.
+DEFAULT_ACCEPTANCE: dict[str, AcceptanceModel] = {
+    "model": IIDAcceptance(0.8), "eagle": IIDAcceptance(0.75), "mtp": IIDAcceptance(0.8), "ngram": IIDAcceptance(0.7),
+}
+
+
+def draft_kind(name: str | None) -> str | None:
+    """``model``, ``eagle``, ``mtp``, ``ngram``, or None without a draft."""
+    if name is None:
+        return None
+    return _ALIASES.get(str(name).lower(), "model")
+
+
+@dataclass(frozen=True)
+class PassDraft:
+    """A proposer priced as its own passes (a draft model or a head): one pass per draft step."""
+
+    step: PassCost
+
+    def round(self, batch, steps, drafted, ctx, verify_s):
+        width = drafted / steps if steps else 0.0
+        per_step = self.step.c_fixed + np.maximum(self.step.c_kv * ctx, self.step.c_attn * width * ctx)
+        return steps * per_step + self.step.c_token * batch * drafted
+
+    def prefill(self, tokens, ctx, attn):
+        return float(self.step.time(tokens, ctx, attn))
+
+
+@dataclass(frozen=True)
+class RoundFitDraft:
+    """A fit of a whole proposal round (SpecDecode-Bench's EAGLE-3 form): ``c_fixed + c_token·drafted + c_kv·kv``."""
+
+    fit: StepFit
+
+    def round(self, batch, steps, drafted, ctx, verify_s):
+        return self.fit.c_fixed_ms * 1e-3 + self.fit.c_token_us * 1e-6 * batch * drafted + self.fit.c_kv_ns * 1e-9 * ctx
+
+    def prefill(self, tokens, ctx, attn):
+        return self.fit.c_token_us * 1e-6 * tokens
+
+
+@dataclass(frozen=True)
+class RatioDraft:
+    """The textbook c: each draft step costs ``ratio`` times a one-token-per-sequence target pass."""
+
+    ratio: float
+    target: PassCost
+
+    def round(self, batch, steps, drafted, ctx, verify_s):
+        return steps * self.ratio * self.target.time(batch, ctx, ctx)
+
+    def prefill(self, tokens, ctx, attn):
+        return self.ratio * float(self.target.time(tokens, ctx, attn))
+
+
+@dataclass(frozen=True)
+class FractionDraft:
+    """A CPU proposer whose cost is a fraction of the verify pass it feeds (n-gram lookup)."""
+
+    fraction: float
+
+    def round(self, batch, steps, drafted, ctx, verify_s):
+        return self.fraction * verify_s
+
+    def prefill(self, tokens, ctx, attn):
+        return 0.0
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A proposer as the simulator needs it: per-GPU memory, its cost, and its defaults."""
+
+    kind: str
+    name: str
+    tp: int
+    weight_bytes: float          # per GPU
+    kv_bytes_per_token: float    # per GPU
+    cost: object                 # a cost.DraftCost
+    empty: float = 0.0           # probability that a proposal is empty
+
+    @property
+    def default_acceptance(self) -> AcceptanceModel:
+        return DEFAULT_ACCEPTANCE[self.kind]
+
+
+def _head_params(target: Model, kind: str) -> tuple[int, int]:
+    """(resident parameters, parameters multiplied per token) of an EAGLE-3 head or an MTP module."""
+    h, nh, nkv, hd = target.hidden, target.heads, target.kv_heads, target.head_dim
+    mlp = 3 * h * target.intermediate
+    if kind == "eagle":
+        # EAGLE-3: fc 3h -> h; attention takes [embedding; hidden] (2h); own 32K LM head.
+        attention = 2 * h * nh * hd + 2 * 2 * h * nkv * hd + nh * hd * h
+        linear = 3 * h * h + attention + mlp + h * EAGLE_DRAFT_VOCAB
+        return linear + 4 * h, linear                       # + the layer's two norms, hidden and final norm
+    linear = 2 * h * h + target.layer_linear_params      # eh_proj 2h -> h and the layer; embedding and head shared
+    return linear + 4 * h, linear + h * target.vocab
+
+
+def build_draft(name: str | None, *, gpu: GPU, target: Model, target_cost: PassCost, tp: int, draft_tp: int | None,
+                profiles: str | None, ratio: float | None, empty: float | None = None) -> Draft | None:
+    """The proposer called ``name`` for ``target`` on ``gpu``; refuses what cannot run."""
+    kind = draft_kind(name)
+    if kind is None:
+        if ratio is None:
+            return None
+        return Draft("model", "none", tp, 0.0, 0.0, RatioDraft(ratio, target_cost))
+    if kind == "ngram":
+        return Draft(kind, "ngram", tp, 0.0, 0.0, FractionDraft(NGRAM_VERIFY_FRACTION),
+                     empty=NGRAM_EMPTY if empty is None else empty)
+    empty = 0.0 if empty is None else empty
+    if kind == "model":
+        model = load_model(name, profiles)
+        if model.vocab != target.vocab:
+            raise ConfigError(f"draft {model.name!r} has vocabulary {model.vocab} but target {target.name!r} has "
+                              f"{target.vocab}: draft and target must share a tokenizer")
+        dtp = tp if draft_tp is None else draft_tp
+        fit = load_step_fit(model.name, gpu.name, dtp, profiles)
+        step = PassCost.build(gpu, model, dtp, fit) if fit is not None else \
+            PassCost.prior(gpu, model, dtp, layer_overhead_us=gpu.draft_layer_overhead_us)
+        cost = RatioDraft(ratio, target_cost) if ratio is not None else PassDraft(step)
+        return Draft(kind, model.name, dtp, model.weight_bytes / dtp, model.kv_bytes_per_token / dtp, cost, empty)
+    # A head on the target's hidden states runs inside the target's TP group.
+    if draft_tp not in (None, tp):
+        raise ConfigError(f"an {kind} head runs at the target's TP ({tp}); --draft-tp does not apply")
+    resident, linear = _head_params(target, kind)
+    kv = 2 * target.kv_heads * target.head_dim * target.dtype_bytes   # one layer
+    fit = load_step_fit(f"{kind}:{target.name}", gpu.name, tp, profiles)
+    if ratio is not None:
+        cost: object = RatioDraft(ratio, target_cost)
+    elif fit is not None and fit.per_round:
+        cost = RoundFitDraft(fit)
+    elif fit is not None:
+        cost = PassDraft(PassCost.from_fit(fit))
+    else:
+        cost = PassDraft(PassCost.from_shape(
+            gpu, linear_params=linear, kv_bytes_per_token=kv, attn_flops_per_ctx=4.0 * target.heads * target.head_dim,
+            layers=2, hidden=target.hidden, dtype_bytes=target.dtype_bytes, tp=tp))
+    return Draft(kind, f"{kind}:{target.name}", tp, resident * target.dtype_bytes / tp, kv / tp, cost, empty)
