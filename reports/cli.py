@@ -12,6 +12,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("specgauge.reports.simulate", "simulate one serving configuration"),
     "law": ("specgauge.reports.law", "tokens-per-pass and speed-up curves against acceptance"),
     "certify": ("specgauge.reports.certify", "certify a decoder and write the certificate CSV"),
+    "calibrate": ("specgauge.reports.calibrate", "fit the step-time model to measurements, write a profile"),
 }
 
 

@@ -149,9 +149,13 @@ def build_draft(name: str | None, *, gpu: GPU, target: Model, target_cost: PassC
                               f"{target.vocab}: draft and target must share a tokenizer")
         dtp = tp if draft_tp is None else draft_tp
         fit = load_step_fit(model.name, gpu.name, dtp, profiles)
-        step = PassCost.build(gpu, model, dtp, fit) if fit is not None else \
-            PassCost.prior(gpu, model, dtp, layer_overhead_us=gpu.draft_layer_overhead_us)
-        cost = RatioDraft(ratio, target_cost) if ratio is not None else PassDraft(step)
+        if ratio is not None:
+            cost: object = RatioDraft(ratio, target_cost)
+        elif fit is not None and fit.per_round:
+            cost = RoundFitDraft(fit)
+        else:
+            cost = PassDraft(PassCost.build(gpu, model, dtp, fit) if fit is not None else
+                             PassCost.prior(gpu, model, dtp, layer_overhead_us=gpu.draft_layer_overhead_us))
         return Draft(kind, model.name, dtp, model.weight_bytes / dtp, model.kv_bytes_per_token / dtp, cost, empty)
     # A head on the target's hidden states runs inside the target's TP group.
     if draft_tp not in (None, tp):
@@ -160,7 +164,7 @@ def build_draft(name: str | None, *, gpu: GPU, target: Model, target_cost: PassC
     kv = 2 * target.kv_heads * target.head_dim * target.dtype_bytes   # one layer
     fit = load_step_fit(f"{kind}:{target.name}", gpu.name, tp, profiles)
     if ratio is not None:
-        cost: object = RatioDraft(ratio, target_cost)
+        cost = RatioDraft(ratio, target_cost)
     elif fit is not None and fit.per_round:
         cost = RoundFitDraft(fit)
     elif fit is not None:
