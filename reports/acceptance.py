@@ -12,7 +12,10 @@ The point is to calibrate a plan on measured numbers. Four spellings:
   ``spec_decode_per_position_acceptance_rates`` are *unconditional* (accepted at position
   k over drafts, i.e. Π_{i≤k} α_i), so they are turned into conditional rates by dividing
   each by the one before; without them, ``spec_decode_acceptance_rate`` (a percentage)
-  gives an i.i.d. α. Values above 1 in the list are read as percentages.
+  gives an i.i.d. α. A list is read as fractions when every value is at most 1 (as vLLM
+  writes it) and as percentages when every value is above 1; a list mixing the two (such
+  as ``[1.2, 0.9, 0.7]``) and a single rate of at most 1 (vLLM writes a percentage, so it
+  is a fraction or under 1 %) are ambiguous and refused rather than guessed.
 """
 
 from __future__ import annotations
@@ -97,6 +100,18 @@ def conditional_from_cumulative(cumulative: list[float]) -> list[float]:
     return np.clip(conditional, 0.0, 1.0).tolist()
 
 
+def _fractions(values: list[float], origin: str) -> tuple[list[float], str]:
+    """A per-position list as fractions: all in [0, 1] are fractions, all above 1 percentages; a mix is refused."""
+    above = [v for v in values if v > 1.0]
+    if not above:
+        return values, "as fractions"
+    if len(above) == len(values):
+        return [v / 100.0 for v in values], "read as percentages"
+    raise AcceptanceError(
+        f"{origin}: {VLLM_PER_POSITION_KEY} {values} mixes values above 1 (percentages?) with values at most 1 "
+        f"(fractions?); write them all as fractions in [0, 1]")
+
+
 def from_vllm_json(path: Path) -> AcceptanceSpec:
     """Acceptance from a ``vllm bench serve --save-result`` file (see the module docstring)."""
     origin = f"vLLM result {str(path)!r}"
@@ -113,15 +128,18 @@ def from_vllm_json(path: Path) -> AcceptanceSpec:
         if not isinstance(per_position, list) or not all(isinstance(v, (int, float)) for v in per_position):
             raise AcceptanceError(f"{origin}: {VLLM_PER_POSITION_KEY} is not a list of numbers")
         values = [float(v) for v in per_position]
-        if max(values) > 1.0:
-            values = [v / 100.0 for v in values]
+        values, unit = _fractions(values, origin)
         cumulative = _checked(values, origin)
         if any(b > a + 1e-9 for a, b in zip(cumulative, cumulative[1:])):
             raise AcceptanceError(f"{origin}: {VLLM_PER_POSITION_KEY} rises with position, which vLLM's counters cannot do")
         rates = _checked(conditional_from_cumulative(list(cumulative)), origin)
-        return AcceptanceSpec(rates, f"{origin} ({VLLM_PER_POSITION_KEY}, made conditional)")
+        return AcceptanceSpec(rates, f"{origin} ({VLLM_PER_POSITION_KEY} {unit}, made conditional)")
     rate = data.get(VLLM_RATE_KEY)
     if isinstance(rate, (int, float)) and not isinstance(rate, bool):
+        if 0.0 < rate <= 1.0:
+            raise AcceptanceError(
+                f"{origin}: {VLLM_RATE_KEY} is {rate:g}; vLLM writes it as a percentage, so this is either a "
+                f"fraction or under 1 %: give --acceptance {rate:g} (a fraction) or {rate / 100:g} (a percentage) instead")
         return AcceptanceSpec(_checked([float(rate) / 100.0], origin), f"{origin} ({VLLM_RATE_KEY} / 100)")
     raise AcceptanceError(
         f"{origin} has neither {VLLM_PER_POSITION_KEY} nor {VLLM_RATE_KEY}: was the server run with speculative decoding?"

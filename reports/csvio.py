@@ -1,20 +1,32 @@
-"""The sweep journal: a resumable record of finished configurations, locked to one run.
+"""The sweep journal: a resumable record of finished configurations, and the lock on it.
 
 A sweep appends one JSON line per finished configuration to ``<csv>.partial.jsonl`` (a
 single ``write`` on an ``O_APPEND`` descriptor, then fsync), so a ``kill -9`` loses at most
-the row being written, and a torn last line is recognised and dropped on resume. The CSV
-itself is written by ``specgauge.csvio`` (atomic, with its ``.meta.json`` sidecar), rows
-sorted by configuration order, so the same arguments and seed give the same bytes however
-the work was scheduled or interrupted.
+the row being written, and a torn last line is recognised and dropped on resume. Each
+line is keyed by a hash of the configuration itself (and the command and version), not
+by its position in the sweep: a rerun resumes every configuration already finished,
+whatever else changed in its arguments, and one with other arguments simply computes
+what it lacks, so an aborted run never blocks the corrected command and nothing
+finished is thrown away. The journal is removed once the CSV is in place.
+
+``sweep_lock`` keeps two runs off one CSV: an ``flock`` on ``<csv>.lock``, which names
+its holder (pid, host, command) for the run that is refused; the kernel drops the lock
+when its holder dies, however it dies.
+
+The CSV itself is written by ``specgauge.csvio`` (atomic, with its ``.meta.json``
+sidecar), rows in configuration order, so the same arguments and seed give the same
+bytes however the work was scheduled or interrupted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import socket
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from specgauge.csvio import (CsvTarget, ReportOutputError, normalise_row, resolve_csv_target,  # noqa: F401 - re-exported
                              rows_to_frame, specgauge_version, to_builtin, write_csv_atomic)
@@ -22,28 +34,27 @@ from specgauge.csvio import (CsvTarget, ReportOutputError, normalise_row, resolv
 _JOURNAL_MAGIC = "specgauge-sweep-journal"
 
 
-def sweep_signature(command: str, configurations: list[Mapping[str, Any]], extra: Mapping[str, Any] | None = None) -> str:
-    """A hash naming the sweep: a journal resumes only the sweep it was written for."""
-    payload = {"command": command, "configurations": configurations, "extra": extra or {}, "version": specgauge_version()}
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=to_builtin).encode()).hexdigest()
+def item_key(context: Mapping[str, Any], item: Any) -> str:
+    """The journal key of one configuration: its ``repr`` with the sweep's context and the version."""
+    payload = {"context": dict(context), "item": repr(item), "version": specgauge_version()}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=to_builtin).encode()).hexdigest()[:32]
 
 
 class Journal:
-    """Append-only record of finished configurations: ``{"i": index, "row": {...}}`` per line."""
+    """Append-only record of finished configurations: ``{"k": key, "i": index, "row": {...}}`` per line."""
 
-    def __init__(self, path: Path, signature: str) -> None:
+    def __init__(self, path: Path) -> None:
         self.path = path
-        self.signature = signature
-        self.rows_written = 0  # finished rows on disk, resumed ones included
+        self.rows_written = 0  # finished rows on disk, from earlier runs included
         self._fd: int | None = None
 
-    def load(self, restart: bool = False) -> dict[int, dict[str, Any]]:
-        """Open the journal for appending and return the rows it already holds.
+    def load(self, restart: bool = False) -> dict[str, dict[str, Any]]:
+        """Open the journal for appending and return its rows by key.
 
-        A journal written for other arguments is refused unless ``restart``; a torn last
-        line (the process died inside a write) is cut off before appending resumes.
+        ``restart`` discards it first (call it only while holding ``sweep_lock``); a torn
+        last line (the process died inside a write) is cut off before appending resumes.
         """
-        done: dict[int, dict[str, Any]] = {}
+        done: dict[str, dict[str, Any]] = {}
         if restart:
             self.path.unlink(missing_ok=True)
         if self.path.exists():
@@ -53,15 +64,10 @@ class Journal:
             header = _parse_line(lines[0]) if lines else None
             if header is None or header.get("journal") != _JOURNAL_MAGIC:
                 raise ReportOutputError(f"{str(self.path)!r} is not a specgauge sweep journal; move it away or pass --restart")
-            if header.get("signature") != self.signature:
-                raise ReportOutputError(
-                    f"{str(self.path)!r} holds a partial sweep with different arguments; "
-                    "rerun with the same arguments to resume, or pass --restart to discard it"
-                )
             for line in lines[1:]:
                 entry = _parse_line(line)
-                if entry is not None and isinstance(entry.get("i"), int):
-                    done[entry["i"]] = entry["row"]
+                if entry is not None and isinstance(entry.get("k"), str):
+                    done[entry["k"]] = entry["row"]
             self.rows_written = len(done)
             if good_end < len(raw):
                 with open(self.path, "r+b") as handle:
@@ -71,13 +77,13 @@ class Journal:
         except OSError as exc:
             raise ReportOutputError(f"cannot write the sweep journal {str(self.path)!r}: {exc.strerror}") from None
         if not done and os.fstat(self._fd).st_size == 0:
-            self._write({"journal": _JOURNAL_MAGIC, "signature": self.signature, "specgauge_version": specgauge_version()})
+            self._write({"journal": _JOURNAL_MAGIC, "specgauge_version": specgauge_version()})
         return done
 
-    def append(self, index: int, row: Mapping[str, Any]) -> dict[str, Any]:
+    def append(self, key: str, index: int, row: Mapping[str, Any]) -> dict[str, Any]:
         """Record one finished configuration durably; returns the row as it will be reloaded."""
         clean = normalise_row(row)
-        self._write({"i": index, "row": clean})
+        self._write({"k": key, "i": index, "row": clean})
         self.rows_written += 1
         return clean
 
@@ -101,3 +107,45 @@ def _parse_line(line: bytes) -> dict[str, Any] | None:
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
+
+
+@contextlib.contextmanager
+def sweep_lock(target: CsvTarget, command: str) -> Iterator[None]:
+    """Hold ``<csv>.lock`` for the whole run; a second run on the same CSV is refused, naming the holder."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no advisory locks, run unguarded
+        yield
+        return
+    path = target.lock_path
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 4096).decode(errors="replace").strip()
+            os.close(fd)
+            raise ReportOutputError(f"{str(target.path)!r} is being written by another run "
+                                    f"({_describe_holder(holder)}); wait for it to finish or choose another --csv") from None
+        try:  # the previous holder unlinks the file as it lets go: lock the file that is there now
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "command": command}).encode())
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)  # while still holding the lock, so no one locks a file about to vanish
+        os.close(fd)
+
+
+def _describe_holder(text: str) -> str:
+    try:
+        info = json.loads(text)
+        return f"pid {info['pid']} on {info['host']}: {info['command']}"
+    except (ValueError, KeyError, TypeError):
+        return "a process that has not yet said who it is"

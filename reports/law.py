@@ -23,6 +23,7 @@ from specgauge.errors import SpecgaugeError
 from specgauge.laws import tokens_per_pass
 from specgauge.stattests.sampling import sample_rows
 
+from .console import say
 from .csvio import CsvTarget, resolve_csv_target, write_csv_atomic
 
 #: The seed document's six-token example: TV(p, q) = 0.1, so α = 0.9.
@@ -108,6 +109,9 @@ def monte_carlo(
             emitted = check_emitted(decoder.verify(target, draft, draft_tokens, rng), draft_tokens, vocab)
         except ContractViolation as exc:
             raise LawInputError(f"the decoder broke the verify contract: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - a user's decoder may raise anything; one line, not a traceback
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise LawInputError(f"the decoder's verify raised {type(exc).__name__}: {first}") from None
         lengths.append(emitted_lengths(emitted))
     n = np.concatenate(lengths).astype(float)
     accepted = np.minimum(n - 1, gamma)
@@ -217,22 +221,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.example:
         rounds = max(args.rounds, 1_000_000)
         ex = seed_example(rounds, args.seed, decoder)
-        print(f"seed example, γ = {ex['gamma']}, {rounds:,} rounds through decoder {args.decoder!r}")
-        print(f"  acceptance rate      : {ex['mc_acceptance_rate']:.3f}   (1 − TV = {ex['alpha_from_tv']:.3f})")
-        print(f"  tokens per pass      : {ex['mc_tokens_per_pass']:.3f}   (formula {ex['tokens_per_pass']:.3f} ≈ {ex['tokens_per_pass']:.2f})")
+        say(f"seed example, γ = {ex['gamma']}, {rounds:,} rounds through decoder {args.decoder!r}")
+        say(f"  acceptance rate      : {ex['mc_acceptance_rate']:.3f}   (1 − TV = {ex['alpha_from_tv']:.3f})")
+        say(f"  tokens per pass      : {ex['mc_tokens_per_pass']:.3f}   (formula {ex['tokens_per_pass']:.3f} ≈ {ex['tokens_per_pass']:.2f})")
         return 0
     target: CsvTarget = resolve_csv_target(args.csv, default_name="law.csv")
     frame = law_table(args.alpha, args.gamma, args.cost_ratio, args.rounds, args.seed, decoder)
     metadata = {"command": "law", "arguments": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}}
     write_csv_atomic(frame, target.path, metadata)
-    print(f"wrote {target.path} ({len(frame)} rows)")
+    say(f"wrote {target.path} ({len(frame)} rows)")
     if args.plot:
         from .plots import plot_law
 
         for path in plot_law(frame, target.path):
-            print(f"wrote {path}")
+            say(f"wrote {path}")
     if args.rounds:
         worst = ((frame["mc_tokens_per_pass"] - frame["tokens_per_pass"]) / frame["mc_tokens_per_pass_se"].where(
             frame["mc_tokens_per_pass_se"] > 0)).abs().max()
-        print(f"Monte Carlo vs closed form: largest |z| of tokens per pass = {0.0 if np.isnan(worst) else worst:.2f}")
+        say(f"Monte Carlo vs closed form: largest |z| of tokens per pass = {0.0 if np.isnan(worst) else worst:.2f}")
     return 0

@@ -21,17 +21,16 @@ import pandas as pd
 from specgauge.errors import SpecgaugeError
 
 from .acceptance import AcceptanceSpec, parse_acceptance
-from .csvio import CsvTarget, resolve_csv_target, specgauge_version, write_csv_atomic
+from .console import say, warn
+from .csvio import CsvTarget, resolve_csv_target, write_csv_atomic
 from .slo import SLO, parse_slo
 from .sweep import add_sweep_options, options_from_args, sweep_to_csv
 
-#: The documented default scenario: the seed's deployment (Qwen3-32B, Qwen3-0.6B drafting,
-#: γ = 5 among the alternatives) on one H200, saturated at each batch-size cap.
-DEFAULT_SCENARIO = [
-    "--gpu", "h200", "--target", "qwen3-32b", "--draft", "qwen3-0.6b", "--tp", "1",
-    "--gamma", "0,1,2,3,4,5,6,8", "--batch-size", "1,2,4,8,16,32,64,128,256",
-    "--requests", "400",
-]
+#: The default scenario: the seed's deployment (Qwen3-32B with Qwen3-0.6B drafting on one
+#: H200: the SimulationConfig defaults) swept over γ and the batch cap, saturated. Every
+#: simulation option the command line does not give takes its value from here (or from
+#: SimulationConfig), so ``plan --jobs 2`` or ``plan --acceptance 0.6`` still sweeps it.
+PLAN_DEFAULTS = {"gamma": "0,1,2,3,4,5,6,8", "batch_size": "1,2,4,8,16,32,64,128,256", "requests": "400"}
 
 LOAD_COLUMNS = ("batch_size", "qps")
 LATENCY_METRIC = "mean_tpot_ms"
@@ -145,14 +144,16 @@ def breakeven(frame: pd.DataFrame, scope_cols: list[str], axis: str) -> list[dic
         scope = _scope_label(skey, scope_cols)
         for _, group in _groups(scoped, other + ["gamma"]):
             value, kind = crossing(group[axis].to_numpy(float), group[SPEEDUP_METRIC].to_numpy(float))
-            first = group.sort_values(axis).iloc[0]
+            ordered = group.sort_values(axis)
+            first, last = ordered.iloc[0], ordered.iloc[-1]
             lo, hi = group[axis].min(), group[axis].max()
             detail = {
                 "crossed": f"γ={int(first['gamma'])} stops paying at {axis} ≈ {value:.3g}" if value else "",
                 "always": f"γ={int(first['gamma'])} pays at every swept {axis} (up to {hi:g}); no crossing",
                 "never": f"γ={int(first['gamma'])} does not pay even at {axis}={lo:g}",
             }[kind]
-            row = _decision(name, scope, first, metric=SPEEDUP_METRIC, value=value, detail=detail)
+            row = _decision(name, scope, first, metric=SPEEDUP_METRIC, value=value,
+                            speedup=float(last[SPEEDUP_METRIC]), detail=detail)
             row[axis] = None
             out.append(row)
     return out
@@ -209,7 +210,11 @@ def slo_capacity(frame: pd.DataFrame, scope_cols: list[str], slo: SLO) -> list[d
 
 
 def draft_memory_cost(frame: pd.DataFrame, scope_cols: list[str]) -> list[dict[str, Any]]:
-    """Concurrent sequences the draft's weights and KV cache take from the target's memory."""
+    """Concurrent sequences the draft's weights and KV cache take from the target's memory.
+
+    ``batch_size`` is the smallest swept batch cap the remaining concurrency cannot hold
+    (where the draft's memory binds), empty when no swept cap reaches it.
+    """
     spec = frame[frame["gamma"] > 0]
     if not len(spec) or not {"max_concurrency", "max_concurrency_no_draft"} <= set(frame):
         return []
@@ -219,10 +224,18 @@ def draft_memory_cost(frame: pd.DataFrame, scope_cols: list[str]) -> list[dict[s
         with_draft, without = int(row["max_concurrency"]), int(row["max_concurrency_no_draft"])
         lost = without - with_draft
         share = lost / without if without else float("nan")
-        out.append(_decision(
+        caps = pd.to_numeric(scoped["batch_size"])
+        binding = caps[caps > with_draft]
+        binds_at = int(binding.min()) if len(binding) else None
+        where = (f"it binds from batch cap {binds_at}" if binds_at is not None
+                 else f"no swept batch cap reaches {with_draft}, so it does not bind here")
+        decision = _decision(
             "draft_concurrency_cost", _scope_label(skey, scope_cols), metric="max_concurrency",
             value=float(lost), baseline=float(without), speedup=None,
-            detail=f"the draft costs {lost} of {without} concurrent sequences ({share:.0%}); {with_draft} remain"))
+            detail=f"the draft's memory leaves room for {with_draft} of {without} concurrent sequences "
+                   f"({lost} lost, {share:.0%}); {where}")
+        decision["batch_size"] = binds_at
+        out.append(decision)
     return out
 
 
@@ -238,34 +251,77 @@ def decide(frame: pd.DataFrame, config_columns: Sequence[str], slo: SLO) -> pd.D
     return decisions
 
 
+def _load_label(row: pd.Series) -> str:
+    parts = []
+    if pd.notna(row["batch_size"]):
+        parts.append(f"{int(row['batch_size'])}")
+    if pd.notna(row["qps"]):
+        parts.append(f"{row['qps']:g} req/s")
+    return " @ ".join(parts)
+
+
+def _gamma_by_load(best: pd.DataFrame) -> str:
+    """``γ = 8 at batch cap 1–8, γ = 4 at 16–32, …``: runs of consecutive load levels with one γ."""
+    runs: list[tuple[int, list[str]]] = []
+    for _, row in best.iterrows():
+        g = int(row["gamma"])
+        if runs and runs[-1][0] == g:
+            runs[-1][1].append(_load_label(row))
+        else:
+            runs.append((g, [_load_label(row)]))
+    text = [f"γ = {g}" + (" (no speculation)" if g == 0 else "") + " at "
+            + (labels[0] if len(labels) == 1 else f"{labels[0]}–{labels[-1]}") for g, labels in runs]
+    return ", ".join(text)
+
+
+def _stops_paying(group: pd.DataFrame, decision: str, axis: str) -> str | None:
+    """Where speculation as a whole stops paying: the largest break-even over γ along ``axis``."""
+    rows = group[group["decision"] == decision]
+    if not len(rows):
+        return None
+    still = rows[rows["value"].isna() & (pd.to_numeric(rows["speedup"]) > 1.0)]
+    if len(still):
+        g = int(still["gamma"].min())
+        return (f"Speculation still pays at the largest swept {axis} (γ = {g}: "
+                f"{float(still['speedup'].iloc[0]):.2f}×); it does not stop paying within this sweep.")
+    crossed = rows[rows["value"].notna()]
+    if not len(crossed):
+        return f"Speculation does not pay at any swept {axis}: run without the draft."
+    last = crossed.loc[pd.to_numeric(crossed["value"]).idxmax()]
+    return (f"Speculation as a whole stops paying at {axis} ≈ {float(last['value']):.3g} "
+            f"(γ = {int(last['gamma'])} is the last to break even); beyond it, run without the draft.")
+
+
 def recommendation(decisions: pd.DataFrame) -> list[str]:
-    """A few sentences a person can act on, built from the decision table."""
+    """A few sentences a person can act on, each read off the decision table.
+
+    Per scope: the best γ at each load level (for TPOT, and for throughput where it
+    differs), the largest break-even over γ (beyond which no γ pays), the draft's memory
+    cost and where it binds, and the SLO capacities.
+    """
     lines = []
     for scope, group in decisions.groupby("scope", sort=False):
         head = "" if scope == "all" else f"[{scope}] "
         latency = group[group["decision"] == "best_gamma_latency"]
+        throughput = group[group["decision"] == "best_gamma_throughput"]
         if len(latency):
-            first = latency.iloc[0]
-            g = int(first["gamma"])
-            load = (f"batch size {first['batch_size']:g}" if pd.notna(first["batch_size"]) else "")
-            load += (f" at {first['qps']:g} req/s" if pd.notna(first["qps"]) else "")
-            if g == 0:
-                lines.append(f"{head}Recommendation: do not speculate; no γ beats plain decoding even at {load}.")
+            axis = "batch cap @ request rate" if latency["qps"].notna().any() else "batch cap"
+            by_latency = _gamma_by_load(latency)
+            by_throughput = _gamma_by_load(throughput) if len(throughput) else by_latency
+            if by_latency == by_throughput:
+                lines.append(f"{head}Best γ by load ({axis}): {by_latency}.")
             else:
-                cross = group[(group["decision"].str.startswith("breakeven")) & (group["gamma"] == g)]
-                limit = ""
-                if len(cross):
-                    c = cross.iloc[0]
-                    axis = "batch size" if c["decision"] == "breakeven_batch_size" else "request rate"
-                    limit = (f"; it stops paying at {axis} ≈ {c['value']:.3g}, beyond which run without the draft"
-                             if pd.notna(c["value"]) else f"; {c['detail']}")
-                lines.append(f"{head}Recommendation: speculate with γ = {g} at low load "
-                             f"({load}: TPOT {first['speedup']:.2f}× faster){limit}.")
+                lines.append(f"{head}Best γ by load ({axis}) for TPOT: {by_latency}.")
+                lines.append(f"{head}Best γ by load ({axis}) for throughput: {by_throughput}.")
+        for decision, axis in (("breakeven_batch_size", "batch size"), ("breakeven_request_rate", "request rate")):
+            line = _stops_paying(group, decision, axis)
+            if line:
+                lines.append(head + line)
         memory = group[group["decision"] == "draft_concurrency_cost"]
         if len(memory):
             lines.append(f"{head}Memory: {memory.iloc[0]['detail']}.")
         for _, r in group[group["decision"].str.startswith("max_slo")].iterrows():
-            who = "with speculation" if r["decision"].endswith("_spec") else "without speculation"
+            who = "without speculation" if r["decision"].endswith("_no_spec") else "with speculation"
             lines.append(f"{head}SLO {who}: {r['detail']}.")
     return lines
 
@@ -296,19 +352,40 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="specgauge plan",
         description="Sweep the serving simulator over γ, batch caps, request rates, drafts and GPUs, "
-        "write one CSV row per configuration and a decision summary. With no arguments: the "
-        "default scenario (Qwen3-32B, Qwen3-0.6B drafting, one H200).",
+        "write one CSV row per configuration and a decision summary. Every option not given keeps the "
+        "default scenario's value (Qwen3-32B, Qwen3-0.6B drafting, one H200, γ and batch cap swept, "
+        "saturated), so the defaults below are the ones that apply. Lengths are in tokens, times in ms.",
     )
-    add_simulation_options(parser, sweep=True)  # includes --csv: the sweep's CSV (default reports/plan.csv)
+    add_simulation_options(parser, sweep=True, defaults=PLAN_DEFAULTS)  # includes --csv (default reports/plan.csv)
     group = parser.add_argument_group("plan")
     group.add_argument("--slo", nargs="+", default=None, metavar="METRIC:MS",
-                       help="service-level objectives as vllm bench serve --goodput takes them, e.g. ttft:200 tpot:50")
+                       help="service-level objectives in ms as vllm bench serve --goodput takes them, e.g. "
+                       "ttft:200 tpot:50; each bounds the p99 unless prefixed mean_ or median_ (default: none)")
     group.add_argument("--acceptance", default=None, metavar="SPEC",
                        help="acceptance instead of --alpha: one α, a per-position list (0.9,0.8,0.7), a profile "
                        "name from fixtures/workloads, or a `vllm bench serve --save-result` JSON")
-    group.add_argument("--plot", action="store_true", help="write the PNG figures beside the CSV")
+    group.add_argument("--plot", action=argparse.BooleanOptionalAction, default=None,
+                       help="write the PNG figures beside the CSV (default: on for the default scenario when "
+                       "matplotlib is installed, else off)")
     add_sweep_options(parser)
     return parser
+
+
+def apply_plan_defaults(args: argparse.Namespace) -> tuple[bool, list[str]]:
+    """Fill the simulation options not given from ``PLAN_DEFAULTS``.
+
+    Returns whether any scenario option (a simulation option or ``--acceptance``) was
+    given, and the flags filled in, as ``["--gamma", "0,1,…", …]``.
+    """
+    from .options import given_options, simulation_options
+
+    scenario_given = bool(given_options(args)) or args.acceptance is not None
+    filled: list[str] = []
+    for opt in simulation_options():
+        if opt.dest in PLAN_DEFAULTS and getattr(args, opt.dest) is None:
+            setattr(args, opt.dest, PLAN_DEFAULTS[opt.dest])
+            filled += [opt.flag, PLAN_DEFAULTS[opt.dest]]
+    return scenario_given, filled
 
 
 def _acceptance_override(args: argparse.Namespace) -> AcceptanceSpec | None:
@@ -342,16 +419,39 @@ def plan_configs(args: argparse.Namespace, acceptance: AcceptanceSpec | None) ->
     return configs
 
 
+def scenario_title(configs: list[Any]) -> str:
+    """The scenario in a figure title: models, GPU and acceptance (lists when swept)."""
+    def values(get) -> str:
+        seen = list(dict.fromkeys(str(get(c)) for c in configs))
+        return "/".join(seen) if len(seen) <= 3 else f"{len(seen)} values"
+
+    tp = values(lambda c: c.tp)
+    return (f"{values(lambda c: c.target)}, draft {values(lambda c: c.draft)}, on {values(lambda c: c.gpu)}"
+            + ("" if tp == "1" else f" ×{tp}") + f"; acceptance {values(lambda c: c.acceptance.label())}")
+
+
+def _validate(configs: list[Any]) -> list[str]:
+    """Every configuration checked against its profiles before any is simulated; the warnings, once each."""
+    from specgauge.simulator import ConfigError, memory_plan
+
+    warnings: dict[str, None] = {}
+    for config in configs:
+        try:
+            memory_plan(config)
+        except ConfigError as exc:
+            raise PlanError(str(exc)) from None
+        warnings.update(dict.fromkeys(config.implausible()))
+    return list(warnings)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    default_scenario = not argv
-    parser = build_parser()
-    args = parser.parse_args(DEFAULT_SCENARIO if default_scenario else argv)
-    if default_scenario:
-        args.plot = importlib.util.find_spec("matplotlib") is not None
-        if not args.plot:
-            print("specgauge plan: matplotlib is not installed, so no figures: pip install 'specgauge[plot]'")
-        print("specgauge plan: no arguments, running the default scenario: " + " ".join(DEFAULT_SCENARIO))
+    args = build_parser().parse_args(argv)
+    scenario_given, filled = apply_plan_defaults(args)
+    if args.plot is None:
+        args.plot = not scenario_given and importlib.util.find_spec("matplotlib") is not None
+        if not scenario_given and not args.plot:
+            say("specgauge plan: matplotlib is not installed, so no figures: pip install 'specgauge[plot]'")
     slo = parse_slo(args.slo)
     _check_not_empty(args)
     acceptance = _acceptance_override(args)
@@ -363,46 +463,51 @@ def main(argv: list[str] | None = None) -> int:
         from .plots import _pyplot
 
         _pyplot()  # refuse --plot without matplotlib before the sweep, not after
+    for message in _validate(configs):
+        warn("plan", message)
+    if not scenario_given:
+        say("specgauge plan: the default scenario (Qwen3-32B, Qwen3-0.6B drafting, one H200): " + " ".join(filled))
+    elif filled:
+        say("specgauge plan: options not given keep the default scenario's values: " + " ".join(filled))
 
     from specgauge.simulator import simulate
 
-    columns = [c.columns() for c in configs]
-    config_columns = list(columns[0])
+    config_columns = list(configs[0].columns())
     alphas = sorted({c.acceptance.label() for c in configs})
     source = acceptance.source if acceptance else (
         f"--alpha {args.alpha}" if args.alpha is not None else f"simulator default {', '.join(alphas)}; calibrate with --acceptance")
     metadata = {
         "command": "plan",
-        "arguments": argv if not default_scenario else DEFAULT_SCENARIO,
+        "arguments": argv,
+        "scenario_defaults": filled,
         "acceptance_source": source,
         "slo": str(slo),
         "configurations": len(configs),
     }
     started = time.perf_counter()
     frame, resumed = sweep_to_csv(
-        simulate, configs, target,
-        signature_payload={"command": "plan", "configurations": columns, "version": specgauge_version()},
+        simulate, configs, target, signature_payload={"command": "plan"},
         metadata=metadata, options=options, restart=args.restart,
         describe=lambda c: " ".join(f"{k}={v}" for k, v in c.columns().items() if k in ("gamma", "batch_size", "qps", "draft", "gpu")),
     )
     elapsed = time.perf_counter() - started
-    print(f"wrote {target.path}: {len(frame)} configurations in {elapsed:.1f} s"
-          + (f" ({resumed} resumed from an interrupted run)" if resumed else ""))
+    say(f"wrote {target.path}: {len(frame)} configurations in {elapsed:.1f} s"
+        + (f" ({resumed} resumed from an interrupted run)" if resumed else ""))
 
     decisions = decide(frame, config_columns, slo)
     decision_path = target.sibling("decision")
     write_csv_atomic(decisions, decision_path, {**metadata, "source_csv": target.path.name})
-    print(f"wrote {decision_path}: {len(decisions)} decisions (acceptance: {source})")
+    say(f"wrote {decision_path}: {len(decisions)} decisions (acceptance: {source})")
     table = _summary_table(decisions)
     if table:
-        print("\nBest γ per load level (speed-up: TPOT for latency, output throughput for throughput):")
-        print(table)
-    print()
+        say("\nBest γ per load level (speed-up: TPOT for latency, output throughput for throughput):")
+        say(table)
+    say()
     for line in recommendation(decisions):
-        print(line)
+        say(line)
     if args.plot:
         from .plots import plot_plan
 
-        for path in plot_plan(frame, target.path):
-            print(f"wrote {path}")
+        for path in plot_plan(frame, target.path, scenario_title(configs)):
+            say(f"wrote {path}")
     return 0

@@ -66,7 +66,7 @@ def plot_law(frame: pd.DataFrame, csv_path: Path) -> list[Path]:
     law_curves(frame, ax, "speedup", "mc_speedup")
     ax.axhline(1.0, color="k", lw=1, ls="--", label="break-even")
     c = float(frame["cost_ratio"].iloc[0])
-    ax.set_ylabel(f"speed-up over no speculation (c = {c:g})")
+    ax.set_ylabel(f"walltime speed-up over no speculation (×, draft cost c = {c:g})")
     ax.set_title("Walltime speed-up against acceptance")
     ax.legend(fontsize=8)
     out.append(_save(fig, _png(csv_path, "speedup_vs_alpha")))
@@ -82,8 +82,16 @@ def pareto_front(throughput: np.ndarray, latency: np.ndarray) -> np.ndarray:
     return order[keep]
 
 
-def plot_plan(frame: pd.DataFrame, csv_path: Path) -> list[Path]:
-    """The plan's figures; each is drawn only when the sweep has the axes it needs."""
+def _memory_cap(spec: pd.DataFrame) -> int | None:
+    """The concurrency the draft's memory leaves, when one value holds for the whole figure."""
+    if "max_concurrency" not in spec or spec["max_concurrency"].nunique() != 1:
+        return None
+    return int(spec["max_concurrency"].iloc[0])
+
+
+def plot_plan(frame: pd.DataFrame, csv_path: Path, scenario: str = "") -> list[Path]:
+    """The plan's figures, titled with ``scenario``; each is drawn only when the sweep has the axes it needs."""
+    suffix = f"\n{scenario}" if scenario else ""
     plt = _pyplot()
     out = []
     spec = frame[frame["gamma"] > 0]
@@ -93,10 +101,13 @@ def plot_plan(frame: pd.DataFrame, csv_path: Path) -> list[Path]:
             mean = group.groupby("batch_size")["speedup_vs_no_spec"].mean()
             ax.plot(mean.index, mean.to_numpy(), "o-", ms=3, label=f"γ = {gamma}")
         ax.axhline(1.0, color="k", lw=1, ls="--", label="break-even")
+        cap = _memory_cap(spec)
+        if cap is not None and cap < frame["batch_size"].max():
+            ax.axvline(cap, color="tab:red", lw=1, ls=":", label=f"draft's memory caps the batch at {cap}")
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("batch size (cap on concurrent sequences)")
-        ax.set_ylabel("speed-up over no speculation")
-        ax.set_title("Where speculation stops paying")
+        ax.set_xlabel("batch cap (concurrent sequences)")
+        ax.set_ylabel("output-throughput speed-up over no speculation (×)")
+        ax.set_title("Where speculation stops paying" + suffix, fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         out.append(_save(fig, _png(csv_path, "speedup_vs_batch")))
@@ -112,8 +123,8 @@ def plot_plan(frame: pd.DataFrame, csv_path: Path) -> list[Path]:
         law_curves(curves, ax, "tokens_per_pass", None)
         ax.plot(spec["alpha"].astype(float), spec["spec_decode_acceptance_length"].astype(float), "kx",
                 label="simulated (acceptance length)")
-        ax.set_ylabel("tokens per target pass")
-        ax.set_title("Tokens per pass against α: the law and the simulation")
+        ax.set_ylabel("tokens per target pass (acceptance length)")
+        ax.set_title("Tokens per pass against α: the law and the simulation" + suffix, fontsize=10)
         ax.legend(fontsize=8)
         out.append(_save(fig, _png(csv_path, "tokens_per_pass")))
         plt.close(fig)
@@ -129,7 +140,7 @@ def plot_plan(frame: pd.DataFrame, csv_path: Path) -> list[Path]:
             ax.step(front["p99_tpot_ms"], front["output_throughput"], "r-", where="post", label="Pareto front")
             ax.set_xlabel("p99 TPOT (ms)")
             ax.set_ylabel("output throughput (tokens/s)")
-            ax.set_title("Throughput against per-token latency")
+            ax.set_title("Throughput against per-token latency" + suffix, fontsize=10)
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
             out.append(_save(fig, _png(csv_path, "pareto")))

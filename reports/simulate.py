@@ -8,6 +8,7 @@ import sys
 import pandas as pd
 
 from specgauge.csvio import resolve_csv_target, write_csv_atomic
+from specgauge.reports.console import say, warn
 from specgauge.reports.options import add_simulation_options, configs_from_args
 from specgauge.simulator import simulate
 
@@ -16,19 +17,31 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="specgauge simulate",
         description="Simulate one serving configuration with speculative decoding against its paired "
-                    "no-speculation baseline (same arrivals and lengths).")
+                    "no-speculation baseline (same arrivals and lengths). Lengths are in tokens, times in ms.")
     add_simulation_options(parser, sweep=False)
     return parser
 
 
-def summary(row: dict) -> str:
-    """A short readable summary of one report row."""
+def _workload_line(row: dict, trace: str | None) -> str:
+    """The requests actually run: counts and lengths from the run itself (a trace's own, when replayed)."""
+    n = int(row["requests"])
+    if row["arrival"] == "trace" or row["length_dist"] != "fixed":
+        done = max(int(row["completed"]), 1)
+        lengths = (f"mean {row['total_input_tokens'] / done:.0f} + {row['total_output_tokens'] / done:.0f} tokens"
+                   + (f" from trace {trace}" if row["arrival"] == "trace" else f" ({row['length_dist']})"))
+    else:
+        lengths = f"{row['prompt_len']} + {row['output_len']} tokens"
+    return f"{n} requests of {lengths}"
+
+
+def summary(row: dict, trace: str | None = None) -> str:
+    """A short readable summary of one report row (``trace``: the file it replayed, if any)."""
     draft = row["draft"] if row["gamma"] else "none"
     lines = [
         f"{row['target']} on {row['gpu']} x{row['tp']}, draft {draft}, gamma {row['gamma']} ({row['policy']}), "
         f"acceptance {row['acceptance']}",
         f"  batch cap {row['batch_size']}, {row['arrival']}" + (f" at {row['qps']:g} req/s" if row["qps"] else "")
-        + f", {row['requests']} requests of {row['prompt_len']} + {row['output_len']} tokens, seed {row['seed']}",
+        + f", {_workload_line(row, trace)}, seed {row['seed']}",
         f"  output throughput {row['output_throughput']:.1f} tok/s   (no spec {row['no_spec_output_throughput']:.1f})"
         f"   speedup {row['speedup_vs_no_spec']:.3f}x",
         f"  TTFT mean {row['mean_ttft_ms']:.1f} ms   TPOT mean {row['mean_tpot_ms']:.2f} ms "
@@ -47,11 +60,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     (config,) = configs_from_args(args)
     target = resolve_csv_target(args.csv, default_name="simulate.csv") if args.csv else None  # before any work
+    for message in config.implausible():
+        warn("simulate", message)
     row = simulate(config)
-    print(summary(row))
+    say(summary(row, config.trace))
     if target is not None:
         write_csv_atomic(pd.DataFrame([row]), target.path, {"command": "simulate", "arguments": argv, "seed": config.seed})
-        print(f"wrote {target.path}")
+        say(f"wrote {target.path}")
     return 0
 
 

@@ -7,7 +7,12 @@ configuration order, which is what makes the CSVs byte-identical across executor
 
 from __future__ import annotations
 
+import ctypes
+import os
+import signal
 import sys
+import threading
+import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -16,7 +21,7 @@ import pandas as pd
 
 from specgauge.errors import SpecgaugeError
 
-from .csvio import CsvTarget, Journal, rows_to_frame, sweep_signature, write_csv_atomic
+from .csvio import CsvTarget, Journal, item_key, rows_to_frame, sweep_lock, write_csv_atomic
 
 EXECUTORS = ("serial", "process", "dask")
 
@@ -76,11 +81,12 @@ def run_sweep(
     journal: Journal | None = None,
     done: Mapping[int, Row] | None = None,
     describe: Callable[[Any], str] = repr,
+    keys: Sequence[str] | None = None,
 ) -> list[Row]:
     """``[func(item) for item in items]``, skipping indices in ``done``, journaling each result.
 
     A failing item stops the sweep with its index and description; rows finished before
-    it stay in the journal for the resumed run.
+    it stay in the journal (under ``keys[index]``) for the resumed run.
     """
     from tqdm import tqdm
 
@@ -96,7 +102,8 @@ def run_sweep(
                 if isinstance(outcome, SpecgaugeError):
                     raise SweepError(f"configuration {index} ({describe(items[index])}): {outcome}") from outcome
                 raise outcome
-            results[index] = journal.append(index, outcome) if journal is not None else dict(outcome)
+            key = keys[index] if keys is not None else str(index)
+            results[index] = journal.append(key, index, outcome) if journal is not None else dict(outcome)
             bar.update(1)
     finally:
         bar.close()
@@ -118,8 +125,34 @@ def _serial(func, items, todo, options) -> Outcome:
         yield index, _call(func, items[index])
 
 
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_WATCH_INTERVAL_S = 0.5
+
+
+def _die_with_parent() -> None:
+    """Worker initializer: exit when the process that started the worker dies, however it dies.
+
+    On Linux the kernel sends SIGTERM on the parent's death (``PR_SET_PDEATHSIG``, which
+    also covers SIGKILL); a watchdog thread that notices the worker being re-parented
+    covers other systems and the instant before ``prctl`` took effect.
+    """
+    parent = os.getppid()
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(_WATCH_INTERVAL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="specgauge-parent-watch", daemon=True).start()
+
+
 def _processes(func, items, todo, options) -> Outcome:
-    pool = ProcessPoolExecutor(max_workers=options.jobs)
+    pool = ProcessPoolExecutor(max_workers=options.jobs, initializer=_die_with_parent)
     pending: dict[Future, int] = {}
     try:
         pending = {pool.submit(_call, func, items[i]): i for i in todo}
@@ -161,21 +194,29 @@ def sweep_to_csv(
 ) -> tuple[pd.DataFrame, int]:
     """Run the sweep through its journal and write the CSV; returns (frame, rows resumed).
 
-    ``signature_payload`` holds everything that shapes the results (configurations, seed,
-    version), so a journal resumes only the sweep it was written for. The journal is
-    removed once the CSV is in place; until then, it is the record of finished rows.
+    ``signature_payload`` holds what shapes every result besides the item itself (the
+    command, settings that are not part of an item); with the item's ``repr`` and the
+    version it keys the journal, so any finished configuration is reused and no other.
+    The CSV's lock is held throughout, so a second run on the same CSV, ``--restart``
+    included, is refused while this one lives. The journal is removed once the CSV is in
+    place; until then, it is the record of finished rows.
     """
     options.resolved_executor()  # refuse contradictory options before touching any file
-    signature = sweep_signature(str(signature_payload.get("command", "sweep")), [], signature_payload)
-    journal = Journal(target.journal_path, signature)
-    done = journal.load(restart=restart)
-    try:
-        rows = run_sweep(func, items, options, journal, done, describe)
-    except BaseException:
-        journal.close(remove=journal.rows_written == 0)  # keep it only if it holds a finished row
-        raise
-    journal.close()
-    frame = rows_to_frame(rows)
-    write_csv_atomic(frame, target.path, {**metadata, "sweep_signature": signature})
-    journal.close(remove=True)
+    keys = [item_key(signature_payload, item) for item in items]
+    command = str(metadata.get("command", signature_payload.get("command", "sweep")))
+    arguments = metadata.get("arguments")
+    holder = f"specgauge {command}" + (" " + " ".join(map(str, arguments)) if isinstance(arguments, list) else "")
+    with sweep_lock(target, holder):
+        journal = Journal(target.journal_path)
+        journaled = journal.load(restart=restart)
+        done = {i: journaled[k] for i, k in enumerate(keys) if k in journaled}
+        try:
+            rows = run_sweep(func, items, options, journal, done, describe, keys)
+        except BaseException:
+            journal.close(remove=journal.rows_written == 0)  # keep it only if it holds a finished row
+            raise
+        journal.close()
+        frame = rows_to_frame(rows)
+        write_csv_atomic(frame, target.path, metadata)
+        journal.close(remove=True)
     return frame, len(done)

@@ -10,7 +10,10 @@ from specgauge.simulator.drafts import DEFAULT_ACCEPTANCE, KINDS, draft_kind
 from specgauge.errors import ConfigError
 from specgauge.simulator.policies import POLICY_FORMS, Policy, parse_policy
 from specgauge.simulator.profiles import known_gpus, known_models
-from specgauge.simulator.workload import ARRIVALS, LENGTH_DISTRIBUTIONS
+from specgauge.simulator.workload import ARRIVALS, LENGTH_DISTRIBUTIONS, read_trace
+
+MAX_PLAUSIBLE_GAMMA = 16          # vLLM and SGLang deployments draft 1 to ~10 tokens per round
+MAX_PLAUSIBLE_PREFILL_CHUNKS = 64  # a prompt prefilled over more iterations than this is a misconfiguration
 
 
 def _positive_int(name: str, value: object, minimum: int = 1) -> None:
@@ -64,7 +67,7 @@ class SimulationConfig:
                                                  "ngram, 0 otherwise)")
     batch_size: int = option(64, "batch cap (concurrently running requests)")
     qps: float | None = option(None, "request rate (requests/s); 'none' keeps the batch full (saturated)")
-    requests: int = option(1000, "number of requests (ignored with --arrival trace: the trace's own count)")
+    requests: int = option(1000, "number of requests (with --arrival trace: at most this many of the trace's)")
     prompt_len: int = option(512, "prompt length in tokens (mean for non-fixed distributions)")
     output_len: int = option(256, "output length in tokens (mean for non-fixed distributions)")
     length_dist: str = option("fixed", "length distribution: " + " | ".join(LENGTH_DISTRIBUTIONS))
@@ -114,8 +117,30 @@ class SimulationConfig:
         if self.length_dist not in LENGTH_DISTRIBUTIONS:
             raise ConfigError(f"unknown length distribution {self.length_dist!r}; valid: {', '.join(LENGTH_DISTRIBUTIONS)}")
         if self.arrival == "trace" and self.trace is None:
-            raise ConfigError("arrival 'trace' needs a workload trace file (trace=PATH)")
+            raise ConfigError("--arrival trace needs a workload trace file (--trace PATH)")
+        if self.trace is not None and self.arrival != "trace":
+            raise ConfigError(f"--trace {self.trace} is only read with --arrival trace (arrival here is {self.arrival!r}); "
+                              "add --arrival trace or drop --trace")
+        if self.arrival == "trace":
+            read_trace(self.trace)  # refuse a missing or invalid trace now, before any simulation
         object.__setattr__(self, "parsed_policy", parse_policy(self.policy, self.gamma))  # refuses a bad one now
+
+    def implausible(self) -> list[str]:
+        """Warnings, in words, for valid values that no real deployment would use."""
+        out = []
+        gamma = self.parsed_policy.max_gamma
+        if gamma > MAX_PLAUSIBLE_GAMMA:
+            out.append(f"--gamma {gamma} is implausible: engines draft 1 to {MAX_PLAUSIBLE_GAMMA} tokens per round, and "
+                       f"a run of {gamma} drafts is almost never accepted in full")
+        verify = self.batch_size * (gamma + 1)
+        if self.max_batched_tokens < verify:
+            out.append(f"--max-batched-tokens {self.max_batched_tokens} is below one full verification pass "
+                       f"(batch {self.batch_size} x (γ+1) = {verify} tokens); engines need at least that")
+        iterations = -(-self.prompt_len // self.max_batched_tokens)
+        if iterations > MAX_PLAUSIBLE_PREFILL_CHUNKS:
+            out.append(f"--max-batched-tokens {self.max_batched_tokens} splits each {self.prompt_len}-token prompt "
+                       f"into {iterations} prefill chunks; engines use budgets of thousands of tokens")
+        return out
 
     @property
     def speculative(self) -> bool:

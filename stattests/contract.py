@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from pathlib import Path
 from typing import Callable, Protocol, runtime_checkable
 
 import numpy as np
@@ -68,6 +69,23 @@ def resolve_spec(spec: str | None) -> str:
     return spec
 
 
+def _path_hint(module_name: str, exc: ImportError) -> str:
+    """A hint when the module sits in the working directory but the directory is not importable.
+
+    The ``specgauge`` console script does not put the working directory on ``sys.path``
+    (``python -m`` and pytest's rootdir do), so ``mymod.py`` beside the user is not found.
+    """
+    top = module_name.split(".")[0]
+    if not isinstance(exc, ModuleNotFoundError) or exc.name != top:
+        return ""
+    here = Path.cwd()
+    found = next((p for p in (here / f"{top}.py", here / top) if p.exists()), None)
+    if found is None:
+        return ""
+    return (f"; {found.name} is in the working directory, which is not on the import path: "
+            f"run with PYTHONPATH=. (or install it)")
+
+
 def load_decoder(spec: str | None = None) -> Decoder:
     """Load and instantiate the decoder named by ``spec`` (see :func:`resolve_spec`).
 
@@ -81,7 +99,8 @@ def load_decoder(spec: str | None = None) -> Decoder:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise DecoderLoadError(f"cannot import module {module_name!r} for decoder {target!r}: {exc}") from exc
+        raise DecoderLoadError(f"cannot import module {module_name!r} for decoder {target!r}: {exc}"
+                               + _path_hint(module_name, exc)) from exc
     obj: object = module
     for part in attr_path.split("."):
         try:

@@ -105,9 +105,11 @@ def test_csv_in_a_missing_folder(tmp_path, capsys):
 
 
 def test_default_scenario_is_the_seed_deployment():
-    args = plan.build_parser().parse_args(plan.DEFAULT_SCENARIO)
-    assert (args.target, args.draft, args.gpu, args.tp) == ("qwen3-32b", "qwen3-0.6b", "h200", "1")
-    assert "5" in args.gamma.split(",") and "0" in args.gamma.split(",")
+    args = plan.build_parser().parse_args([])
+    assert plan.apply_plan_defaults(args)[0] is False
+    configs = plan.plan_configs(args, None)
+    assert {(c.target, c.draft, c.gpu, c.tp) for c in configs} == {("qwen3-32b", "qwen3-0.6b", "h200", 1)}
+    assert {0, 5} <= {c.gamma for c in configs}
 
 
 def test_an_interrupted_plan_resumes_without_recomputing(small_run, tmp_path, monkeypatch, capsys):

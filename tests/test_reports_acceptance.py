@@ -65,3 +65,14 @@ def test_malformed_vllm_json_is_one_clear_error(tmp_path, content, message):
 def test_bad_acceptance(text, message):
     with pytest.raises(AcceptanceError, match=message):
         parse_acceptance(text)
+
+
+@pytest.mark.parametrize("content, message", [
+    ({"spec_decode_per_position_acceptance_rates": [1.2, 0.9, 0.7]}, "mixes values above 1"),
+    ({"spec_decode_acceptance_rate": 0.8}, "vLLM writes it as a percentage"),
+])
+def test_fractions_and_percentages_that_cannot_be_told_apart_are_refused(tmp_path, content, message):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(content))
+    with pytest.raises(AcceptanceError, match=message):
+        parse_acceptance(str(path))

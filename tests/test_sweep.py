@@ -64,13 +64,28 @@ def test_a_failure_names_its_configuration_and_keeps_finished_rows(tmp_path):
     assert [json.loads(line)["i"] for line in lines[1:]] == [0, 1, 2]
 
 
-def test_a_journal_for_other_arguments_is_refused_unless_restarted(tmp_path):
+def test_an_aborted_sweep_never_blocks_the_corrected_one_and_lends_it_its_rows(tmp_path):
+    target = CsvTarget(tmp_path / "s.csv")
+    with pytest.raises(SweepError):  # rows 0, 1, 2 finish, then 3 fails
+        sweep_to_csv(failing, ITEMS, target, {"command": "t"}, {}, SweepOptions(progress=False))
+    corrected = [0, 2, 20, 21]  # other arguments: two configurations in common
+    calls = []
+    frame, resumed = sweep_to_csv(lambda x: calls.append(x) or square(x), corrected, target, {"command": "t"}, {},
+                                  SweepOptions(progress=False))
+    assert resumed == 2 and calls == [20, 21]
+    assert frame.to_dict("records") == pd.DataFrame([square(x) for x in corrected]).to_dict("records")
+    assert not target.journal_path.exists()
+
+
+def test_a_journal_of_another_context_is_not_reused_and_restart_discards_it(tmp_path):
     target = CsvTarget(tmp_path / "s.csv")
     with pytest.raises(SweepError):
         sweep_to_csv(failing, ITEMS, target, {"command": "t", "seed": 1}, {}, SweepOptions(progress=False))
-    with pytest.raises(ReportOutputError, match="different arguments"):
-        sweep_to_csv(square, ITEMS, target, {"command": "t", "seed": 2}, {}, SweepOptions(progress=False))
-    frame, resumed = sweep_to_csv(square, ITEMS, target, {"command": "t", "seed": 2}, {}, SweepOptions(progress=False), restart=True)
+    frame, resumed = sweep_to_csv(square, ITEMS[:3], target, {"command": "t", "seed": 2}, {}, SweepOptions(progress=False))
+    assert resumed == 0 and len(frame) == 3
+    with pytest.raises(SweepError):
+        sweep_to_csv(failing, ITEMS, target, {"command": "t"}, {}, SweepOptions(progress=False))
+    frame, resumed = sweep_to_csv(square, ITEMS, target, {"command": "t"}, {}, SweepOptions(progress=False), restart=True)
     assert resumed == 0 and len(frame) == 12 and not target.journal_path.exists()
 
 
