@@ -104,18 +104,23 @@ def tree_node_reach(parents: np.ndarray, chosen: np.ndarray) -> np.ndarray:
     return reach
 
 
+def tree_accepted_length_pmf_rows(parents: np.ndarray, chosen: np.ndarray) -> np.ndarray:
+    """P(accepted path length = d), d = 0 … depth, for every row of ``chosen`` [B, N]."""
+    depth = tree_depths(parents)
+    reach = np.atleast_2d(tree_node_reach(parents, chosen))
+    reach = reach.reshape(-1, reach.shape[-1])
+    at_least = np.ones((reach.shape[0], int(depth.max(initial=0)) + 2))
+    at_least[:, -1] = 0.0
+    for d in range(1, at_least.shape[1] - 1):
+        at_least[:, d] = reach[:, depth == d].sum(axis=1)
+    return np.clip(at_least[:, :-1] - at_least[:, 1:], 0.0, 1.0)
+
+
 def tree_accepted_length_pmf(parents: np.ndarray, chosen: np.ndarray) -> np.ndarray:
     """P(accepted path length = d), d = 0 … depth, averaged over rows of ``chosen``.
 
     Tokens per pass is that length plus one."""
-    depth = tree_depths(parents)
-    reach = np.atleast_2d(tree_node_reach(parents, chosen))
-    reach = reach.reshape(-1, reach.shape[-1])
-    at_least = np.ones((reach.shape[0], int(depth.max(initial=0)) + 1))
-    for d in range(1, at_least.shape[1]):
-        at_least[:, d] = reach[:, depth == d].sum(axis=1)
-    pmf = at_least - np.concatenate([at_least[:, 1:], np.zeros((reach.shape[0], 1))], axis=1)
-    return pmf.mean(axis=0)
+    return tree_accepted_length_pmf_rows(parents, chosen).mean(axis=0)
 
 
 def expected_tree_tokens(parents: np.ndarray, chosen: np.ndarray) -> float:
@@ -152,7 +157,8 @@ def recursive_rejection(target: np.ndarray, draft: np.ndarray | None, tokens: np
 
     ``target`` [..., V] is p at the parent's context, ``draft`` [..., V] the q its children
     were drawn from (unused for ``topk``), ``tokens`` [..., m] the children in the order
-    tried. Round j accepts sibling c_j with probability min(1, r_j(c_j) / q_j(c_j)), and a
+    tried, −1 where a node has fewer siblings (such a round is skipped: it accepts nothing and
+    changes nothing). Round j accepts sibling c_j with probability min(1, r_j(c_j) / q_j(c_j)), and a
     rejection updates r_{j+1} = normalize(max(r_j − q_j, 0)), r_0 = p:
 
     - ``iid`` (SpecInfer): q_j = q for every round;
@@ -171,7 +177,8 @@ def recursive_rejection(target: np.ndarray, draft: np.ndarray | None, tokens: np
     q = None if scheme == "topk" else np.array(draft, dtype=np.float64)
     accept = np.zeros(tokens.shape)
     for j in range(tokens.shape[-1]):  # over siblings (a handful); rows are vectorised
-        c = tokens[..., j : j + 1]
+        present = tokens[..., j] >= 0
+        c = np.maximum(tokens[..., j : j + 1], 0)
         if scheme == "topk":
             q_j = np.zeros_like(r)
             np.put_along_axis(q_j, c, 1.0, axis=-1)
@@ -179,13 +186,13 @@ def recursive_rejection(target: np.ndarray, draft: np.ndarray | None, tokens: np
             q_j = q
         r_c = np.take_along_axis(r, c, axis=-1)[..., 0]
         q_c = np.take_along_axis(q_j, c, axis=-1)[..., 0]
-        accept[..., j] = np.where(q_c > 0, np.minimum(1.0, r_c / np.where(q_c > 0, q_c, 1.0)), r_c > 0)
+        accept[..., j] = present * np.where(q_c > 0, np.minimum(1.0, r_c / np.where(q_c > 0, q_c, 1.0)), r_c > 0)
         nxt = _normalised(np.maximum(r - q_j, 0.0))
-        r = np.where(nxt.sum(axis=-1, keepdims=True) > 0, nxt, r)
+        r = np.where(present[..., None] & (nxt.sum(axis=-1, keepdims=True) > 0), nxt, r)
         if scheme == "without-replacement":
             masked = q.copy()
             np.put_along_axis(masked, c, 0.0, axis=-1)
-            q = _normalised(masked)
+            q = np.where(present[..., None], _normalised(masked), q)
     return accept, r
 
 

@@ -40,6 +40,9 @@ def pytest_addoption(parser) -> None:
                     help="false-fail rate of each assertion (default 1e-6)")
     group.addoption("--specgauge-seed", type=int, default=0, metavar="N",
                     help="root seed of every random stream (default 0)")
+    group.addoption("--specgauge-tree-decoder", default=None, metavar="NAME[,NAME]",
+                    help="tree decoder(s) for the tree suite (stattests/test_trees.py): built-in short names "
+                         "(specinfer, rrsw, topk, topk-coin, eagle, ...) or MODULE:NAME; default: the three references")
     group.addoption("--specgauge-certificate", default=None, metavar="PATH",
                     help="write the certificate CSV (one row per assertion) and its .meta.json to PATH")
 

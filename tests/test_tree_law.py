@@ -105,3 +105,10 @@ def test_topk_tree_law_is_exact_over_a_two_level_tree():
     assert reach[:2] == pytest.approx(P[[0, 1]])
     assert reach[2:4] == pytest.approx(P[0] * P[[0, 1]])
     assert laws.expected_tree_tokens(parents, chosen) == pytest.approx(1 + 0.65 + 0.65 ** 2)
+
+
+def test_missing_siblings_are_skipped():
+    full, res_full = laws.recursive_rejection(P, Q, np.array([1, 2]), "without-replacement")
+    padded, res_pad = laws.recursive_rejection(P, Q, np.array([1, -1, 2, -1]), "without-replacement")
+    assert padded[[0, 2]] == pytest.approx(full) and padded[[1, 3]].tolist() == [0.0, 0.0]
+    assert res_pad == pytest.approx(res_full)

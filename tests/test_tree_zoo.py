@@ -1,0 +1,69 @@
+"""Tree mutants fail with their declared checks; chain decoders keep their verdicts as one-child trees."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specgauge.stattests import zoo
+from specgauge.stattests.checks import CHECKS
+from specgauge.stattests.contract import ContractViolation
+from specgauge.stattests.reference import NumpyDecoder
+from specgauge.stattests.tree_checks import TreeCertConfig, certify_tree
+from specgauge.stattests.tree_contract import check_tree_emitted, load_tree_decoder
+from specgauge.stattests.tree_reference import ChainAsTree
+from specgauge.stattests.tree_zoo import TREE_ZOO
+
+
+@pytest.mark.parametrize("name", list(TREE_ZOO))
+def test_tree_mutant_fails_its_declared_checks(name):
+    mutant = TREE_ZOO[name]()
+    cert = certify_tree(mutant, TreeCertConfig())
+    failed = cert.failed_checks
+    missing = set(mutant.expected_failed_checks) - failed
+    assert not missing, f"{name}: declared checks {sorted(missing)} did not fail; failed: {sorted(failed)}"
+    assert not cert.verdicts["exact"]
+
+
+def _chain_verdict(cls) -> bool:
+    """Exact by the chain zoo's own declaration: no exactness-family check expected to fail."""
+    return not any(CHECKS[c].family == "exactness" for c in getattr(cls, "expected_failed_checks", {}))
+
+
+@pytest.mark.parametrize("name", [None, "resample-from-p", "bonus-from-q", "reused-uniform", "accept-all",
+                                  "drop-bonus"])
+def test_chain_decoders_get_their_chain_verdicts_as_one_child_trees(name):
+    cls = NumpyDecoder if name is None else zoo.ZOO[name]
+    cert = certify_tree(ChainAsTree(cls(), name or "numpy"), TreeCertConfig(), fixtures=["chain"])
+    assert cert.verdicts["exact"] == _chain_verdict(cls), cert.summary()
+    if name == "drop-bonus":
+        assert {"accepted-length", "law"} <= cert.failed_checks
+
+
+def test_contract_refuses_a_prefix_off_the_tree_and_an_impossible_token():
+    parents = np.array([-1, -1, 0])
+    tokens = np.array([[1, 2, 3]])
+    target = np.full((1, 4, 5), 0.2)
+    target[0, 3, 4] = 0.0
+    target[0, 3] /= target[0, 3].sum()
+    ok, nodes = check_tree_emitted(np.array([[1, 3, 0]]), parents, tokens, target)
+    assert nodes.tolist() == [[0, 2]]
+    with pytest.raises(ContractViolation, match="no node"):
+        check_tree_emitted(np.array([[2, 3, 0]]), parents, tokens, target)
+    with pytest.raises(ContractViolation, match="probability 0"):
+        check_tree_emitted(np.array([[1, 3, 4]]), parents, tokens, target)
+    with pytest.raises(ContractViolation, match="shape"):
+        check_tree_emitted(np.array([[1, 3]]), parents, tokens, target)
+
+
+def test_equal_token_siblings_walk_through_the_one_whose_subtree_matches():
+    parents = np.array([-1, -1, 1])
+    tokens = np.array([[4, 4, 2]])
+    target = np.full((1, 4, 5), 0.2)
+    _, nodes = check_tree_emitted(np.array([[4, 2, 0]]), parents, tokens, target)
+    assert nodes.tolist() == [[1, 2]]
+
+
+def test_built_in_tree_decoders_load():
+    for name in ("specinfer", "rrsw", "topk", "topk-coin", "chain-numpy"):
+        assert load_tree_decoder(name).scheme in ("iid", "without-replacement", "topk")
