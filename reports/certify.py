@@ -10,6 +10,7 @@ from specgauge.stattests.plugin import tv_type
 from specgauge.stattests.contract import decoder_name, load_decoder
 from specgauge.stattests.checks import CHECKS
 from specgauge.csvio import resolve_csv_target
+from specgauge.reports.console import say
 from specgauge.fixtures.pairs import FIXTURES
 
 
@@ -42,6 +43,6 @@ def main(argv: list[str] | None = None) -> int:
     cert.to_csv(target.path, {"arguments": list(sys.argv[1:] if argv is None else argv),
                               "decoder": decoder_name(args.decoder), "tv": config.tv,
                               "false_fail": config.false_fail, "seed": config.seed})
-    print(cert.summary())
-    print(f"certificate: {target.path}")
+    say(cert.summary())
+    say(f"certificate: {target.path}")
     return 0 if cert.passed else 1

@@ -281,9 +281,9 @@ def _stops_paying(group: pd.DataFrame, decision: str, axis: str) -> str | None:
         return None
     still = rows[rows["value"].isna() & (pd.to_numeric(rows["speedup"]) > 1.0)]
     if len(still):
-        g = int(still["gamma"].min())
-        return (f"Speculation still pays at the largest swept {axis} (γ = {g}: "
-                f"{float(still['speedup'].iloc[0]):.2f}×); it does not stop paying within this sweep.")
+        best = still.loc[pd.to_numeric(still["speedup"]).idxmax()]
+        return (f"Speculation still pays at the largest swept {axis} (γ = {int(best['gamma'])}: "
+                f"{float(best['speedup']):.2f}×); it does not stop paying within this sweep.")
     crossed = rows[rows["value"].notna()]
     if not len(crossed):
         return f"Speculation does not pay at any swept {axis}: run without the draft."
