@@ -36,7 +36,8 @@ LOAD_COLUMNS = ("batch_size", "qps")
 LATENCY_METRIC = "mean_tpot_ms"
 THROUGHPUT_METRIC = "output_throughput"
 SPEEDUP_METRIC = "speedup_vs_no_spec"
-DECISION_COLUMNS = ["decision", "scope", "batch_size", "qps", "gamma", "metric", "value", "baseline", "speedup", "detail"]
+DECISION_COLUMNS = ["decision", "scope", "batch_size", "qps", "gamma", "metric", "value", "baseline", "speedup", "detail",
+                    "shape"]
 
 
 class PlanError(SpecgaugeError):
@@ -48,7 +49,7 @@ class PlanError(SpecgaugeError):
 
 def _scope_columns(frame: pd.DataFrame, config_columns: Sequence[str]) -> list[str]:
     """Configuration columns that vary in the sweep other than γ and the load axes."""
-    skip = {"gamma", "policy", "acceptance", "alpha", "seed", "arrival", *LOAD_COLUMNS}  # arrival follows qps
+    skip = {"gamma", "policy", "acceptance", "alpha", "seed", "arrival", "tree", "tree_acceptance", *LOAD_COLUMNS}  # arrival follows qps
     return [c for c in config_columns if c in frame and c not in skip and frame[c].nunique(dropna=False) > 1]
 
 
@@ -74,9 +75,18 @@ def _decision(decision: str, scope: str, row: pd.Series | None = None, **fields:
     out = {c: None for c in DECISION_COLUMNS}
     out.update(decision=decision, scope=scope)
     if row is not None:
-        out.update(batch_size=_nan_to_none(row.get("batch_size")), qps=_nan_to_none(row.get("qps")), gamma=int(row["gamma"]))
+        out.update(batch_size=_nan_to_none(row.get("batch_size")), qps=_nan_to_none(row.get("qps")), gamma=int(row["gamma"]),
+                   shape=draft_shape(row))
     out.update(fields)
     return out
+
+
+def draft_shape(row: pd.Series) -> str:
+    """What a row drafts: ``none``, ``chain γ=4`` or ``tree topk:4x5``."""
+    tree = row.get("tree")
+    if int(row["gamma"]) == 0:
+        return "none"
+    return f"tree {tree}" if isinstance(tree, str) and tree != "none" else f"chain γ={int(row['gamma'])}"
 
 
 def best_gamma(frame: pd.DataFrame, scope_cols: list[str]) -> list[dict[str, Any]]:
@@ -104,7 +114,7 @@ def best_gamma(frame: pd.DataFrame, scope_cols: list[str]) -> list[dict[str, Any
                     value, ratio = baseline, 1.0
                 else:
                     value, ratio = float(best[metric]), float(ratios.max())
-                detail = f"γ={int(best['gamma'])}: {metric} {value:.4g} vs {baseline:.4g} without speculation"
+                detail = f"{draft_shape(best)}: {metric} {value:.4g} vs {baseline:.4g} without speculation"
                 out.append(_decision(decision, scope, best, metric=metric, value=value, baseline=baseline,
                                      speedup=ratio, detail=detail))
     return out
@@ -416,7 +426,7 @@ def plan_configs(args: argparse.Namespace, acceptance: AcceptanceSpec | None) ->
         raise PlanError(str(exc)) from None
     if not configs:
         raise PlanError("empty sweep: every swept option needs at least one value")
-    return configs
+    return list(dict.fromkeys(configs))  # a tree fixes γ to its depth: γ × tree sweeps repeat configurations
 
 
 def scenario_title(configs: list[Any]) -> str:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from specgauge.simulator.acceptance import AcceptanceModel, IIDAcceptance
 from specgauge.simulator.drafts import DEFAULT_ACCEPTANCE, KINDS, draft_kind
+from specgauge.simulator.trees import rank_rates, tree_depth
 from specgauge.errors import ConfigError
 from specgauge.simulator.policies import POLICY_FORMS, Policy, parse_policy
 from specgauge.simulator.profiles import known_gpus, known_models
@@ -63,8 +64,15 @@ class SimulationConfig:
     draft_cost_ratio: float | None = option(None, "fixed draft/target step-time ratio c instead of the draft's own cost")
     draft_tp: int | None = option(None, "tensor-parallel degree of a draft model (default: the target's; vLLM's "
                                         "speculative_draft_tensor_parallel_size)")
+    draft_kv_budget: int | None = option(None, "cached tokens a draft model reads per sequence (a StreamingLLM-style "
+                                               "sparse-KV draft, as MagicDec's; the target as its own draft then "
+                                               "shares its weights); default: all")
     empty_proposals: float | None = option(None, "probability in [0, 1) that a proposal is empty (default: 0.5 for "
                                                  "ngram, 0 otherwise)")
+    tree: str | None = option(None, "a tree draft instead of a chain: topk:KxD (K children a node, D levels) or "
+                                    "EAGLE's choice lists, choices:0;1;0-0;0-1; γ > 0 becomes the tree's depth")
+    tree_acceptance: str | None = option(None, "a tree's per-sibling-rank acceptance r0|r1|... (P(the r-th sibling "
+                                               "is the one accepted)); default α·(1−α)^r from the chain's α")
     batch_size: int = option(64, "batch cap (concurrently running requests)")
     qps: float | None = option(None, "request rate (requests/s); 'none' keeps the batch full (saturated)")
     requests: int = option(1000, "number of requests (with --arrival trace: at most this many of the trace's)")
@@ -95,6 +103,8 @@ class SimulationConfig:
         _positive_int("seed", self.seed, minimum=0)
         if self.draft_tp is not None:
             _positive_int("draft_tp", self.draft_tp)
+        if self.draft_kv_budget is not None:
+            _positive_int("draft_kv_budget", self.draft_kv_budget)
         if self.empty_proposals is not None and not (
                 isinstance(self.empty_proposals, (int, float)) and 0 <= self.empty_proposals < 1):
             raise ConfigError(f"empty_proposals must be in [0, 1), got {self.empty_proposals!r}")
@@ -123,6 +133,14 @@ class SimulationConfig:
                               "add --arrival trace or drop --trace")
         if self.arrival == "trace":
             read_trace(self.trace)  # refuse a missing or invalid trace now, before any simulation
+        if self.tree is not None and str(self.tree).lower() in ("", "none", "chain"):
+            object.__setattr__(self, "tree", None)
+        if self.tree is not None:
+            if self.gamma > 0:
+                object.__setattr__(self, "gamma", tree_depth(self.tree))
+            if self.policy not in ("fixed", "none"):
+                raise ConfigError(f"a tree draft runs with policy fixed, not {self.policy!r}")
+            rank_rates(self.tree_acceptance)
         object.__setattr__(self, "parsed_policy", parse_policy(self.policy, self.gamma))  # refuses a bad one now
 
     def implausible(self) -> list[str]:
@@ -158,7 +176,10 @@ class SimulationConfig:
             "acceptance": self.acceptance.label(),
             "alpha": self.acceptance.mean_alpha,
             "draft_kind": draft_kind(self.draft) or "none",
+            "tree": self.tree if self.tree is not None else "none",
+            "tree_acceptance": self.tree_acceptance,
             "draft_tp": self.draft_tp,
+            "draft_kv_budget": self.draft_kv_budget,
             "empty_proposals": self.empty_proposals,
             "draft_cost_ratio": self.draft_cost_ratio,
             "batch_size": self.batch_size,

@@ -22,6 +22,7 @@ from specgauge.simulator.engine import Engine, EngineParams, RunStats
 from specgauge.simulator.memory import MemoryPlan, memory_plan_for
 from specgauge.simulator.metrics import summarise
 from specgauge.simulator.policies import NoSpeculation
+from specgauge.simulator.trees import parse_tree, rank_rates, tree_acceptance, tree_shape
 from specgauge.simulator.profiles import GIB, GPU, Model, load_gpu, load_model, load_step_fit
 from specgauge.simulator.workload import Workload, make_workload
 
@@ -58,7 +59,7 @@ def resolve(config: SimulationConfig) -> Setup:
     target_cost = PassCost.build(gpu, target, config.tp, fit)
     draft = build_draft(config.draft, gpu=gpu, target=target, target_cost=target_cost, tp=config.tp,
                         draft_tp=config.draft_tp, profiles=config.profiles, ratio=config.draft_cost_ratio,
-                        empty=config.empty_proposals)
+                        empty=config.empty_proposals, kv_budget=config.draft_kv_budget)
     if config.speculative and draft is None:
         raise ConfigError("speculation (gamma > 0) needs a draft (--draft MODEL, eagle, mtp or ngram) or a fixed "
                           "--draft-cost-ratio; use --gamma 0 for no speculation")
@@ -126,11 +127,14 @@ def prepare(config: SimulationConfig) -> Prepared:
         if -(-(worst + look) // config.block_size) > blocks:
             raise ConfigError(f"the longest request ({worst} tokens) needs more KV blocks than the "
                               f"{blocks} that fit on {gpu.name} with tp={config.tp}")
-    acceptance = config.acceptance
-    if draft is not None and draft.empty > 0:
+    acceptance, tree = config.acceptance, None
+    if config.tree is not None:
+        acceptance = tree_acceptance(config.tree, acceptance, rank_rates(config.tree_acceptance))
+        tree = tree_shape(parse_tree(config.tree))
+    elif draft is not None and draft.empty > 0:
         acceptance = EmptyProposals(acceptance, draft.empty)
     costs = RoundCost(setup.target_cost, draft.cost if draft is not None else None, setup.overhead,
-                      empty=draft.empty if draft is not None else 0.0)
+                      empty=draft.empty if draft is not None and tree is None else 0.0, tree=tree)
     return Prepared(config, gpu, target, plan, workload, setup.target_cost, costs,
                     RoundCost(setup.target_cost, None, setup.overhead), acceptance, acceptance_ss)
 

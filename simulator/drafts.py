@@ -50,14 +50,18 @@ class PassDraft:
     """A proposer priced as its own passes (a draft model or a head): one pass per draft step."""
 
     step: PassCost
+    kv_budget: int | None = None   # cached tokens read per sequence (a sparse-KV draft), None: all
+    self_draft: bool = False       # the target drafting for itself: it reuses the target's KV, no prefill of its own
 
     def round(self, batch, steps, drafted, ctx, verify_s):
         width = drafted / steps if steps else 0.0
+        if self.kv_budget is not None:
+            ctx = np.minimum(ctx, batch * self.kv_budget)
         per_step = self.step.c_fixed + np.maximum(self.step.c_kv * ctx, self.step.c_attn * width * ctx)
         return steps * per_step + self.step.c_token * batch * drafted
 
     def prefill(self, tokens, ctx, attn):
-        return float(self.step.time(tokens, ctx, attn))
+        return 0.0 if self.self_draft else float(self.step.time(tokens, ctx, attn))
 
 
 @dataclass(frozen=True)
@@ -131,8 +135,14 @@ def _head_params(target: Model, kind: str) -> tuple[int, int]:
 
 
 def build_draft(name: str | None, *, gpu: GPU, target: Model, target_cost: PassCost, tp: int, draft_tp: int | None,
-                profiles: str | None, ratio: float | None, empty: float | None = None) -> Draft | None:
-    """The proposer called ``name`` for ``target`` on ``gpu``; refuses what cannot run."""
+                profiles: str | None, ratio: float | None, empty: float | None = None,
+                kv_budget: int | None = None) -> Draft | None:
+    """The proposer called ``name`` for ``target`` on ``gpu``; refuses what cannot run.
+
+    ``kv_budget`` makes a draft model read (and keep) at most that many cached tokens per
+    sequence, as a StreamingLLM-style sparse-KV draft does; a draft that is the target
+    itself (MagicDec's self-speculation) then shares the target's weights.
+    """
     kind = draft_kind(name)
     if kind is None:
         if ratio is None:
@@ -154,9 +164,16 @@ def build_draft(name: str | None, *, gpu: GPU, target: Model, target_cost: PassC
         elif fit is not None and fit.per_round:
             cost = RoundFitDraft(fit)
         else:
+            # The target drafting for itself runs in the target's CUDA graphs, not as an eager draft.
+            own = model.name == target.name and dtp == tp
             cost = PassDraft(PassCost.build(gpu, model, dtp, fit) if fit is not None else
-                             PassCost.prior(gpu, model, dtp, layer_overhead_us=gpu.draft_layer_overhead_us))
-        return Draft(kind, model.name, dtp, model.weight_bytes / dtp, model.kv_bytes_per_token / dtp, cost, empty)
+                             PassCost.prior(gpu, model, dtp, layer_overhead_us=None if own else gpu.draft_layer_overhead_us),
+                             kv_budget, self_draft=own)
+        weights = 0.0 if model.name == target.name and dtp == tp else model.weight_bytes / dtp
+        kv = 0.0 if kv_budget is not None else model.kv_bytes_per_token / dtp   # a budget's few blocks are left out
+        return Draft(kind, model.name, dtp, weights, kv, cost, empty)
+    if kv_budget is not None:
+        raise ConfigError(f"--draft-kv-budget applies to a draft model, not to {kind}")
     # A head on the target's hidden states runs inside the target's TP group.
     if draft_tp not in (None, tp):
         raise ConfigError(f"an {kind} head runs at the target's TP ({tp}); --draft-tp does not apply")
