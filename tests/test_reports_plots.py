@@ -24,3 +24,29 @@ def test_plan_figures_are_written_beside_the_csv(tmp_path):
     paths = plot_plan(pd.DataFrame(rows), tmp_path / "plan.csv")
     assert [p.name for p in paths] == ["plan_speedup_vs_batch.png", "plan_tokens_per_pass.png", "plan_pareto.png"]
     assert all(p.stat().st_size > 5000 for p in paths)
+
+
+def test_plan_figures_name_the_scenario_the_metric_and_the_draft_memory_cap(tmp_path, monkeypatch):
+    import specgauge.reports.plots as plots
+
+    seen = {}
+    real_save = plots._save
+
+    def recording_save(fig, path):
+        ax = fig.axes[0]
+        legend = ax.get_legend()
+        seen[path.name] = (ax.get_title(), ax.get_xlabel(), ax.get_ylabel(),
+                           [t.get_text() for t in legend.get_texts()] if legend else [])
+        return real_save(fig, path)
+
+    monkeypatch.setattr(plots, "_save", recording_save)
+    rows = [{"gamma": g, "batch_size": b, "alpha": 0.8, "speedup_vs_no_spec": 2.0 / (1 + b / 64) if g else 1.0,
+             "spec_decode_acceptance_length": 2.0, "output_throughput": 100.0 * b, "p99_tpot_ms": 10.0 + b,
+             "max_concurrency": 203, "max_concurrency_no_draft": 304} for g in (0, 2) for b in (1, 16, 256)]
+    scenario = "qwen3-32b, draft qwen3-0.6b, on h200; acceptance iid(0.8)"
+    plot_plan(pd.DataFrame(rows), tmp_path / "plan.csv", scenario)
+    assert all(scenario in title for title, _, _, _ in seen.values())
+    title, xlabel, ylabel, legend = seen["plan_speedup_vs_batch.png"]
+    assert "output-throughput speed-up" in ylabel and "batch cap" in xlabel
+    assert "draft's memory caps the batch at 203" in legend
+    assert seen["plan_pareto.png"][1:3] == ("p99 TPOT (ms)", "output throughput (tokens/s)")
