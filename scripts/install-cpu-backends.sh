@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install vLLM 0.33.0 and SGLang 0.5.23 for specgauge's CPU certification, from PyPI alone,
+# Install vLLM 0.33.0, SGLang 0.5.23 and EAGLE's tree verifier (eagle-llm 1.2.1) for specgauge's CPU certification, from PyPI alone,
 # into the currently active Python environment. Idempotent: a second run changes nothing.
 #
 # Neither engine publishes a CPU wheel: vLLM's only wheel is the CUDA one (it asks for
@@ -20,6 +20,9 @@ TORCH_PIN="torch==2.13.0"          # never a bare `torch`: that pulls a multi-GB
 TRITON_PIN="triton==3.9.0"
 VLLM_PIN="vllm==0.33.0"
 SGLANG_PIN="sglang==0.5.23"
+# SafeAILab's EAGLE-1 tree verifier (pure torch): --no-deps, its requirements pin old
+# torch/transformers and UI packages it does not need for evaluate_posterior.
+EAGLE_PIN="eagle-llm==1.2.1"
 
 # What `import vllm` (and its v1 sampler) needs, as it worked on a CPU-only machine.
 # transformers is not pinned here: specgauge's test extra pins transformers==5.24.0,
@@ -64,6 +67,7 @@ path = os.path.join(list(spec.submodule_search_locations)[0], "kernels", "ops", 
 if not os.path.exists(path):
     sys.exit(f"check failed: {path} is missing")
 import vllm, torch
+from eagle.model.utils import evaluate_posterior  # noqa: F401  (eagle-llm, the tree verifier)
 print(f"ok: torch {torch.__version__}, triton {triton.__version__}, vllm {vllm.__version__}, "
       f"sglang kernel at {path} (vllm import {time.perf_counter() - t:.1f} s, gpu={has_gpu})")
 PYEOF
@@ -81,7 +85,7 @@ start=$(date +%s)
 # 1. torch (CPU, from the machine's disk) and triton, pinned together so neither moves.
 "${PIP[@]}" "$TORCH_PIN" "$TRITON_PIN"
 # 2. the engines themselves, without their CUDA dependency trees.
-"${PIP[@]}" --no-deps "$VLLM_PIN" "$SGLANG_PIN"
+"${PIP[@]}" --no-deps "$VLLM_PIN" "$SGLANG_PIN" "$EAGLE_PIN"
 # 3. vLLM's pure-Python dependencies, resolved with torch held at its pin. transformers
 #    is kept at whatever is installed (the project's 5.24.0), else the project's pin.
 TRANSFORMERS_PIN=$("$PY" - <<'PYEOF'

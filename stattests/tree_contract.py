@@ -53,6 +53,7 @@ BUILTIN_TREE_DECODERS: dict[str, str] = {
     "topk-coin": "specgauge.stattests.tree_reference:TopKCoinDecoder",
     "chain-numpy": "specgauge.stattests.tree_reference:chain_numpy",
     "eagle": "specgauge.stattests.decoders.eagle:EagleDecoder",
+    "eagle-t0.5": "specgauge.stattests.decoders.eagle:EagleTemperatureDecoder",
 }
 
 #: The references the tree suite certifies when no ``--specgauge-tree-decoder`` is given.
