@@ -8,6 +8,9 @@ The point is to calibrate a plan on measured numbers. Four spellings:
   left to the simulator's per-position model;
 * ``NAME``: a profile from ``fixtures/workloads/acceptance_profiles.json``,
   each with the workload and publication it was measured on;
+* ``PATH.jsonl[:METHOD]``: per-request acceptance traces replayed request by request
+  (SpecDecode-Bench's profiled traces, METHOD ``eagle`` or ``ngram``, or per-step counts;
+  see ``specgauge.simulator.replay``);
 * ``PATH.json``: what ``vllm bench serve --save-result`` writes. vLLM's
   ``spec_decode_per_position_acceptance_rates`` are *unconditional* (accepted at position
   k over drafts, i.e. Π_{i≤k} α_i), so they are turned into conditional rates by dividing
@@ -45,6 +48,7 @@ class AcceptanceSpec:
 
     rates: tuple[float, ...]
     source: str
+    replay: tuple[str, str] | None = None   # (JSONL trace, method): measured acceptance replayed per request
 
     @property
     def per_position(self) -> bool:
@@ -59,6 +63,10 @@ class AcceptanceSpec:
         """The simulator's acceptance model for these rates (imported here, lazily)."""
         from specgauge.simulator import IIDAcceptance, PerPositionAcceptance
 
+        if self.replay is not None:
+            from specgauge.simulator.replay import ReplayAcceptance
+
+            return ReplayAcceptance.from_jsonl(*self.replay)
         if self.per_position:
             return PerPositionAcceptance(tuple(self.rates))
         return IIDAcceptance(self.rates[0])
@@ -151,6 +159,10 @@ def parse_acceptance(text: str) -> AcceptanceSpec:
     text = text.strip()
     if not text:
         raise AcceptanceError("--acceptance is empty")
+    if ".jsonl" in text.lower():
+        path, _, method = text.partition(".jsonl")
+        return AcceptanceSpec((), f"replayed per request from {path}.jsonl{method}",
+                              replay=(path + ".jsonl", method.lstrip(":") or "eagle"))
     if text.lower().endswith(".json") or Path(text).is_file():
         return from_vllm_json(Path(text))
     parts = [p.strip() for p in text.split(",")]

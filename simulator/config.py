@@ -27,8 +27,14 @@ def _positive_float(name: str, value: object) -> None:
         raise ConfigError(f"{name} must be a finite number > 0, got {value!r}")
 
 
-def _alpha(text: str) -> IIDAcceptance:
-    """``--alpha 0.8`` on the command line is the i.i.d. acceptance model with that rate."""
+def _alpha(text: str) -> AcceptanceModel:
+    """``--alpha 0.8`` is the i.i.d. acceptance model with that rate; ``--alpha trace.jsonl[:eagle]`` replays
+    measured per-request acceptance (``specgauge.simulator.replay``)."""
+    if ".jsonl" in text.lower():
+        from specgauge.simulator.replay import ReplayAcceptance
+
+        path, _, method = text.partition(".jsonl")
+        return ReplayAcceptance.from_jsonl(path + ".jsonl", method.lstrip(":") or "eagle")
     return IIDAcceptance(float(text))
 
 
@@ -59,8 +65,9 @@ class SimulationConfig:
     tp: int = option(1, "tensor-parallel degree (GPUs per replica); must divide the models' attention and KV heads")
     gamma: int = option(5, "drafted tokens per round (0 = no speculation; the maximum for adaptive policies)")
     acceptance: AcceptanceModel | None = option(
-        None, "i.i.d. per-token acceptance rate α in [0, 1]; none: the draft kind's default (model 0.8, eagle 0.75, "
-        "mtp 0.8, ngram 0.7: placeholders to calibrate)", flag="--alpha", parse=_alpha)
+        None, "i.i.d. per-token acceptance rate α in [0, 1], or TRACE.jsonl[:eagle|ngram] to replay measured "
+        "per-request acceptance; none: the draft kind's default (model 0.8, eagle 0.75, mtp 0.8, ngram 0.7: "
+        "placeholders to calibrate)", flag="--alpha", parse=_alpha)
     draft_cost_ratio: float | None = option(None, "fixed draft/target step-time ratio c instead of the draft's own cost")
     draft_tp: int | None = option(None, "tensor-parallel degree of a draft model (default: the target's; vLLM's "
                                         "speculative_draft_tensor_parallel_size)")

@@ -22,6 +22,7 @@ from specgauge.simulator.engine import Engine, EngineParams, RunStats
 from specgauge.simulator.memory import MemoryPlan, memory_plan_for
 from specgauge.simulator.metrics import summarise
 from specgauge.simulator.policies import NoSpeculation
+from specgauge.simulator.replay import ReplayAcceptance
 from specgauge.simulator.trees import parse_tree, rank_rates, tree_acceptance, tree_shape
 from specgauge.simulator.profiles import GIB, GPU, Model, load_gpu, load_model, load_step_fit
 from specgauge.simulator.workload import Workload, make_workload
@@ -131,10 +132,13 @@ def prepare(config: SimulationConfig) -> Prepared:
     if config.tree is not None:
         acceptance = tree_acceptance(config.tree, acceptance, rank_rates(config.tree_acceptance))
         tree = tree_shape(parse_tree(config.tree))
-    elif draft is not None and draft.empty > 0:
+    elif draft is not None and draft.empty > 0 and not isinstance(acceptance, ReplayAcceptance):
         acceptance = EmptyProposals(acceptance, draft.empty)
+    # A replayed trace holds its own empty proposals; their verification cost is --empty-proposals' alone.
+    empty = 0.0 if draft is None or tree is not None else (
+        (config.empty_proposals or 0.0) if isinstance(acceptance, ReplayAcceptance) else draft.empty)
     costs = RoundCost(setup.target_cost, draft.cost if draft is not None else None, setup.overhead,
-                      empty=draft.empty if draft is not None and tree is None else 0.0, tree=tree)
+                      empty=empty, tree=tree)
     return Prepared(config, gpu, target, plan, workload, setup.target_cost, costs,
                     RoundCost(setup.target_cost, None, setup.overhead), acceptance, acceptance_ss)
 
