@@ -11,13 +11,19 @@ suite's conftest.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from specgauge.errors import DecoderLoadError
+from specgauge.fixtures.toy_lm import load_toy_lm
 from specgauge.fixtures.trees import TREE_FIXTURES
+from specgauge.laws import full_tree_parents
+from specgauge.stattests.sequences import sequence_counts, sequence_distribution
+from specgauge.stattests.statistics import goodness_of_fit, min_num_samples_for_goodness_of_fit
 from specgauge.stattests.tree_checks import (DEFAULT_TREE_TV, TREE_CHECKS, TreeCertConfig,
                                              TreeCertificationSession, tree_plan)
 from specgauge.stattests.tree_contract import DEFAULT_TREE_DECODERS, load_tree_decoder
+from specgauge.stattests.tree_generate import speculative_tree_generate
 
 _SESSIONS: dict[str, object] = {}
 
@@ -27,7 +33,19 @@ def _specs(config: pytest.Config) -> list[str]:
     return [s.strip() for s in given.split(",") if s.strip()] if given else list(DEFAULT_TREE_DECODERS)
 
 
+#: End-to-end cases: toy LM pair, L new tokens, the tree drafted every round.
+GENERATION_CASES = {
+    "bigram-v6-mid-L3-2x2": ("bigram-v6-mid", 3, full_tree_parents([2, 2])),
+    "trigram-v4-L4-3x1": ("trigram-v4", 4, full_tree_parents([3, 1])),
+    "bigram-v5-sparse-L3-eagle": ("bigram-v5-sparse", 3, TREE_FIXTURES["eagle-choices"].parents),
+}
+MAX_SEQUENCES = 60_000
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "specgauge_tree_generation" in metafunc.fixturenames:
+        items = [(spec, case) for spec in _specs(metafunc.config) for case in GENERATION_CASES]
+        metafunc.parametrize("specgauge_tree_generation", items, ids=[f"{s}-{c}" for s, c in items])
     if "specgauge_tree_assertion" not in metafunc.fixturenames:
         return
     items, ids = [], []
@@ -69,3 +87,19 @@ def test_tree(specgauge_tree_assertion, request):
     if result.details and "error" in result.details:
         message += f"\n{result.details['error']}"
     assert result.passed, message
+
+
+def test_tree_generation_joint_law(specgauge_tree_generation, request):
+    """Toy LMs drafting trees by the decoder's scheme: the first L tokens follow the target exactly."""
+    spec, case = specgauge_tree_generation
+    session = _session(spec, request.config)
+    pair_name, new_tokens, parents = GENERATION_CASES[case]
+    pair = load_toy_lm(pair_name)
+    exact = sequence_distribution(pair.target, pair.prompt, new_tokens)
+    cfg = session.config
+    n = min(MAX_SEQUENCES, min_num_samples_for_goodness_of_fit(cfg.tv, exact, false_fail_rate=cfg.false_fail))
+    result = speculative_tree_generate(pair.target, pair.draft, pair.prompt, session.decoder, parents=parents,
+                                       new_tokens=new_tokens, num_sequences=n,
+                                       rng=np.random.default_rng([cfg.seed, list(GENERATION_CASES).index(case)]))
+    outcome = goodness_of_fit(sequence_counts(result.tokens, pair.vocab_size), exact, false_fail_rate=cfg.false_fail)
+    assert outcome.passed, f"joint law of the first {new_tokens} tokens\n{outcome.describe()}"

@@ -67,3 +67,18 @@ def test_equal_token_siblings_walk_through_the_one_whose_subtree_matches():
 def test_built_in_tree_decoders_load():
     for name in ("specinfer", "rrsw", "topk", "topk-coin", "chain-numpy"):
         assert load_tree_decoder(name).scheme in ("iid", "without-replacement", "topk")
+
+
+@pytest.mark.parametrize("name", ["topk-with-q", "longest-match"])
+def test_lossy_tree_rules_fail_the_joint_law_end_to_end(name):
+    from specgauge.fixtures.toy_lm import load_toy_lm
+    from specgauge.laws import full_tree_parents
+    from specgauge.stattests.sequences import sequence_counts, sequence_distribution
+    from specgauge.stattests.statistics import goodness_of_fit
+    from specgauge.stattests.tree_generate import speculative_tree_generate
+
+    pair = load_toy_lm("bigram-v6-mid")
+    result = speculative_tree_generate(pair.target, pair.draft, pair.prompt, TREE_ZOO[name](),
+                                       parents=full_tree_parents([2, 2]), new_tokens=3, num_sequences=20_000, rng=0)
+    exact = sequence_distribution(pair.target, pair.prompt, 3)
+    assert not goodness_of_fit(sequence_counts(result.tokens, pair.vocab_size), exact).passed
