@@ -46,6 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"specgauge {command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader left before the command printed (e.g. `--help | head -1`)
+        from .console import silence
+
+        silence(sys.stdout)
+        return 0
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ import sys
 from typing import TextIO
 
 
-def _silence(stream: TextIO) -> None:
+def silence(stream: TextIO) -> None:
+    """Point ``stream`` at /dev/null: its reader has gone."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
         os.dup2(devnull, stream.fileno())
@@ -26,7 +27,7 @@ def say(*parts: object, file: TextIO | None = None) -> None:
     try:
         print(*parts, file=stream, flush=True)
     except BrokenPipeError:
-        _silence(stream)
+        silence(stream)
 
 
 def warn(command: str, message: str) -> None:
