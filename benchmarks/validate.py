@@ -83,6 +83,15 @@ def _ratio(config: SimulationConfig) -> float:
     return RoundCost(setup.target_cost, setup.draft.cost, setup.overhead).draft_step_ratio(512)
 
 
+def rate_curve(add, setup: str, config: SimulationConfig, low: float, high: float, note: str, how: str) -> float:
+    """A vLLM-blog request-rate curve: α calibrated at QPS 1, the high-QPS point predicted at saturation."""
+    alpha = calibrate_alpha(config, low)
+    add(f"speed-up, {setup}, QPS 1", VLLM_BLOG, low, speedup(config, alpha), alpha_label(alpha, how), note)
+    add(f"speed-up, {setup}, high QPS", VLLM_BLOG, high, speedup(replace(config, qps=None, requests=768), alpha),
+        alpha_label(alpha, "from QPS 1"), "'high QPS' simulated as saturation at batch cap 256")
+    return alpha
+
+
 def rows() -> list[dict]:
     out = []
 
@@ -120,24 +129,16 @@ def rows() -> list[dict]:
     # the high-QPS slowdown predicted at saturation (batch cap 256, vLLM's default).
     draft70 = SimulationConfig(gpu="h100", target="llama-3.1-70b", draft="llama-3.2-1b", tp=4, draft_tp=1, gamma=4,
                                prompt_len=256, output_len=256, requests=300, qps=1.0, batch_size=256)
-    alpha_d = calibrate_alpha(draft70, 1.5)
-    add("speed-up, Llama-3-70B TP4 + draft model, ShareGPT, QPS 1", VLLM_BLOG, 1.5, speedup(draft70, alpha_d),
-        alpha_label(alpha_d, "calibrated here"), "Qwama-0.5B draft simulated as Llama-3.2-1B at TP 1; 256 + 256 tokens, γ=4 assumed")
-    add("speed-up, Llama-3-70B TP4 + draft model, ShareGPT, high QPS", VLLM_BLOG, 1 / 1.4,
-        speedup(replace(draft70, qps=None, requests=768), alpha_d), alpha_label(alpha_d, "from QPS 1"),
-        "'high QPS' simulated as saturation at batch cap 256")
+    alpha_d = rate_curve(add, "Llama-3-70B TP4 + draft model, ShareGPT", draft70, 1.5, 1 / 1.4,
+                         "Qwama-0.5B draft simulated as Llama-3.2-1B at TP 1; 256 + 256 tokens, γ=4 assumed",
+                         "calibrated here")
     add("speed-up, Llama-3.1-70B TP4 + 1B draft, batch 128", SPECDECODE, 1.25,
         speedup(replace(draft70, qps=None, batch_size=128, gamma=3, prompt_len=512, output_len=512, requests=384),
                 alpha_d), alpha_label(alpha_d, "from the vLLM-blog QPS-1 row"), "prediction across sources; γ = 3")
-
     ngram = SimulationConfig(gpu="h100", target="llama-3.1-70b", draft="ngram", tp=4, gamma=4, prompt_len=1024,
                              output_len=128, requests=300, qps=1.0, batch_size=256)
-    alpha_n = calibrate_alpha(ngram, 2.8)
-    add("speed-up, Llama-3-70B TP4 + n-gram, CNN/DailyMail, QPS 1", VLLM_BLOG, 2.8, speedup(ngram, alpha_n),
-        alpha_label(alpha_n, "calibrated here (50 % empty proposals)"), "1024 + 128 tokens, γ=4 assumed")
-    add("speed-up, Llama-3-70B TP4 + n-gram, CNN/DailyMail, high QPS", VLLM_BLOG, 1 / 1.8,
-        speedup(replace(ngram, qps=None, requests=768), alpha_n), alpha_label(alpha_n, "from QPS 1"),
-        "'high QPS' simulated as saturation at batch cap 256")
+    rate_curve(add, "Llama-3-70B TP4 + n-gram, CNN/DailyMail", ngram, 2.8, 1 / 1.8, "1024 + 128 tokens, γ=4 assumed",
+               "calibrated here (50 % empty proposals)")
 
     # Long context (MagicDec): the target drafts for itself reading a StreamingLLM window of
     # 512 tokens; verification reads the whole KV, so the KV bottleneck at large batch is
