@@ -126,7 +126,10 @@ def _spec_gamma(data: dict[str, Any], where: str) -> int:
 
 
 def proposer_round_ms(fit: StepModelFit, data: dict[str, Any], where: str, spec_overhead_ms: float) -> float:
-    """What a speculative round cost beyond its verify pass and the speculative-step overhead, in ms."""
+    """What a speculative round cost beyond its verify pass and ``spec_overhead_ms``, in ms.
+
+    The fitted steps were timed whole (engine overhead inside), so the profile sets the
+    engine's per-step and speculative overheads to 0 and the residual is the proposer's."""
     concurrency, input_len, output_len, tpot = _serve_shape(data, where)
     accepted_length = _number(data, "spec_decode_acceptance_length", where)
     gamma = _spec_gamma(data, where)
@@ -197,13 +200,13 @@ def main(argv: list[str] | None = None) -> int:
             f"{fit.worst_error:.1%}, RMS {fit.rms_error:.1%}. Use with --profiles {out.name}.\n\n")
     text += _toml_table(key, {
         "c_fixed_ms": fit.c_fixed * 1e3, "c_token_us": fit.c_token * 1e6, "c_kv_ns": fit.c_kv * 1e9,
-        "includes_engine": True,
+        "includes_engine": True, "step_overhead_ms": 0.0, "spec_overhead_ms": 0.0,
         "source": f"fitted by specgauge calibrate from {len(equations)} measurements ({sources}); worst-case "
                   f"error {fit.worst_error:.1%}"})
     for data, where, draft in speculative:
         kind = draft_kind(draft)
         proposer = load_model(draft, args.profiles).name if kind == "model" else f"{kind}:{model.name}"
-        round_ms = proposer_round_ms(fit, data, where, gpu.spec_overhead_ms)
+        round_ms = proposer_round_ms(fit, data, where, 0.0)
         if round_ms <= 0:
             print(f"warning: {where}: the round costs no more than its verify pass and overhead "
                   f"({round_ms:.3f} ms); no proposer cost written")

@@ -99,10 +99,13 @@ class EngineOverhead:
 
     @classmethod
     def for_target(cls, gpu: GPU, fit: StepFit | None) -> "EngineOverhead":
-        """A fit of whole engine steps already holds the per-step and per-token overheads."""
+        """The fit's own overheads where it states them, else the GPU profile's; a fit that
+        includes the engine already holds the per-token cost in ``c_token``."""
+        def pick(name: str) -> float:
+            value = getattr(fit, name) if fit is not None else None
+            return (getattr(gpu, name) if value is None else value) * 1e-3
         included = fit is not None and fit.includes_engine
-        spec = fit.spec_overhead_ms if fit is not None and fit.spec_overhead_ms is not None else gpu.spec_overhead_ms
-        return cls(step_s=0.0 if included else gpu.step_overhead_ms * 1e-3, spec_step_s=spec * 1e-3,
+        return cls(step_s=pick("step_overhead_ms"), spec_step_s=pick("spec_overhead_ms"),
                    token_s=0.0 if included else gpu.sample_us_per_token * 1e-6)
 
     def __call__(self, tokens, speculative: bool):
@@ -182,9 +185,10 @@ class RoundCost:
         return seconds, bound
 
     def draft_step_ratio(self, ctx: float) -> float | None:
-        """c at batch 1: one draft step's cost over one plain decode step's (both at context ``ctx``)."""
+        """c at batch 1: one draft step's cost over one target forward pass (both at context ``ctx``,
+        engine overhead left out of both, as the published ratios are)."""
         if self.draft is None:
             return None
-        step = float(self.target.time(1, ctx, ctx) + self.overhead(1, False))
+        step = float(self.target.time(1, ctx, ctx))
         one = float(self.draft.round(1, 1, 1.0, ctx, step))
         return one / step

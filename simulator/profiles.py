@@ -44,8 +44,8 @@ class GPU:
     compute_efficiency: float | None = 0.75  # MFU of the batched-token GEMMs; None: same as efficiency
     layer_overhead_us: float = 25.0     # per layer of a CUDA-graphed forward pass
     draft_layer_overhead_us: float = 65.0  # per layer of a separate draft model's pass (eager proposer)
-    step_overhead_ms: float = 0.15      # engine per step: scheduler, input preparation
-    spec_overhead_ms: float = 1.21      # extra per speculative step: proposer bookkeeping, rejection sampler
+    step_overhead_ms: float = 1.21      # engine per step, with or without speculation (scheduler, input prep)
+    spec_overhead_ms: float = 0.0       # extra per speculative step beyond the proposer's own cost
     sample_us_per_token: float = 1.0    # sampling / verification per batched token
     allreduce_latency_us: float = 10.0
     non_torch_gib: float = 1.0          # CUDA context, NCCL and cuBLAS workspaces, CUDA graphs
@@ -96,8 +96,10 @@ class GPU:
 class StepFit:
     """Fitted step-time coefficients of one model on one GPU at one TP: ``c_fixed + c_token·tokens + c_kv·kv``.
 
-    ``includes_engine``: the fit timed whole engine steps, so the per-step and per-token
-    engine overheads are inside the coefficients and are not added again. ``per_round``:
+    ``includes_engine``: the fit's per-token cost already holds sampling and verification,
+    so the per-token engine overhead is not added again. ``step_overhead_ms`` /
+    ``spec_overhead_ms``: the engine's cost per step and extra per speculative step that
+    go with this fit (None: the GPU profile's). ``per_round``:
     a draft's fit of a whole proposal (γ tokens per sequence), not of one draft pass.
     """
 
@@ -108,6 +110,7 @@ class StepFit:
     c_attn_ns: float | None = None   # attention arithmetic per (query x context) token; None: the datasheet prior
     includes_engine: bool = True
     per_round: bool = False
+    step_overhead_ms: float | None = None
     spec_overhead_ms: float | None = None
     source: str = "unstated"
 

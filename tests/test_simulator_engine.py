@@ -28,7 +28,7 @@ def pmf(alpha: float, gamma: int) -> np.ndarray:
 #: The textbook's cost model as a step fit: every pass costs the same, whatever its tokens,
 #: and a speculative step adds nothing; only then is the speed-up exactly E[N] / (γc + 1).
 TEXTBOOK_FIT = ('[steps."llama-3.1-8b@h100-sxm@tp1"]\nc_fixed_ms = 10.0\nc_token_us = 0.0\nc_kv_ns = 0.0\n'
-                'c_attn_ns = 0.0\nspec_overhead_ms = 0.0\nsource = "textbook: a pass costs the same whatever its tokens"\n')
+                'c_attn_ns = 0.0\nstep_overhead_ms = 0.0\nspec_overhead_ms = 0.0\nsource = "textbook: a pass costs the same whatever its tokens"\n')
 
 
 @pytest.fixture(scope="module")
