@@ -13,6 +13,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "law": ("specgauge.reports.law", "tokens-per-pass and speed-up curves against acceptance"),
     "certify": ("specgauge.reports.certify", "certify a decoder and write the certificate CSV"),
     "calibrate": ("specgauge.reports.calibrate", "fit the step-time model to measurements, write a profile"),
+    "probe": ("specgauge.reports.probe", "sample an OpenAI-compatible server into a resumable JSONL"),
+    "compare": ("specgauge.reports.compare", "certify a server's samples (on vs off, logprobs, local model)"),
 }
 
 

@@ -2,7 +2,8 @@
 
 Registered under ``pytest11``. In the manner of hypothesis's plugin it imports nothing
 heavy and registers only prefixed options (``--specgauge-decoder``, ``--specgauge-tv``,
-``--specgauge-false-fail``, ``--specgauge-seed``, ``--specgauge-certificate``). The
+``--specgauge-false-fail``, ``--specgauge-seed``, ``--specgauge-certificate``, and the
+server URLs ``--specgauge-server-url`` / ``--specgauge-baseline-url``). The
 fixtures and the parametrisation of the certification suite live in the suite's own
 ``conftest.py`` beside its tests, so no other project's tests ever see them.
 """
@@ -13,6 +14,8 @@ import os
 
 GROUP = "specgauge certification"
 DECODER_ENV = "SPECGAUGE_DECODER"
+SERVER_ENV = "SPECGAUGE_SERVER_URL"
+BASELINE_ENV = "SPECGAUGE_BASELINE_URL"
 
 
 def tv_type(text: str) -> float:
@@ -45,8 +48,18 @@ def pytest_addoption(parser) -> None:
                          "(specinfer, rrsw, topk, topk-coin, eagle, ...) or MODULE:NAME; default: the three references")
     group.addoption("--specgauge-certificate", default=None, metavar="PATH",
                     help="write the certificate CSV (one row per assertion) and its .meta.json to PATH")
+    group.addoption("--specgauge-server-url", default=None, metavar="URL",
+                    help=f"OpenAI-compatible server to certify (speculation on); default ${SERVER_ENV}")
+    group.addoption("--specgauge-baseline-url", default=None, metavar="URL",
+                    help=f"the same model served with speculation off, for the two-sample test; default ${BASELINE_ENV}")
 
 
 def decoder_spec(config) -> str | None:
     """The decoder asked for: the option, else the environment variable, else None (numpy)."""
     return config.getoption("specgauge_decoder") or os.environ.get(DECODER_ENV) or None
+
+
+def server_urls(config) -> tuple[str | None, str | None]:
+    """(server under test, baseline) URLs: the options, else the environment variables."""
+    return (config.getoption("specgauge_server_url") or os.environ.get(SERVER_ENV) or None,
+            config.getoption("specgauge_baseline_url") or os.environ.get(BASELINE_ENV) or None)

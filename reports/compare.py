@@ -1,0 +1,73 @@
+"""``specgauge compare``: certify probe files two-sample, against the server's logprobs, or a local model."""
+
+from __future__ import annotations
+
+import argparse
+
+from specgauge.errors import ConfigError
+from specgauge.stattests.server_compare import MODES, ServerCertificate, run_mode
+from specgauge.stattests.server_probe import read_probe
+
+from .csvio import resolve_csv_target, write_csv_atomic
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specgauge compare",
+        description="Certify that a server samples exactly: speculation on vs off (two-sample), against the "
+                    "server's own top-k logprobs, or against a local reference model (teacher forcing).")
+    parser.add_argument("candidate", help="probe JSONL of the server under test (speculation on)")
+    parser.add_argument("--baseline", default=None, help="probe JSONL with speculation off: two-sample mode")
+    parser.add_argument("--reference", default=None, metavar="MODEL_DIR",
+                        help="local Hugging Face model directory of the served model: reference mode")
+    parser.add_argument("--mode", choices=MODES, default=None,
+                        help="default: two-sample with --baseline, reference with --reference, else logprobs")
+    parser.add_argument("--false-fail", type=float, default=1e-6, help="total false-fail rate (default 1e-6)")
+    parser.add_argument("--tv", type=float, default=0.1,
+                        help="target TV for the 'needed samples per prompt' column (default 0.1)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the randomized PIT (default 0)")
+    parser.add_argument("--ref-temperature", type=float, default=None, help="default: the run's temperature")
+    parser.add_argument("--ref-top-k", type=int, default=None, help="default: the run's top_k")
+    parser.add_argument("--ref-top-p", type=float, default=None, help="default: the run's top_p")
+    parser.add_argument("--csv", default=None, help="certificate CSV (default reports/server_certificate.csv)")
+    return parser
+
+
+def certificate(args: argparse.Namespace) -> ServerCertificate:
+    """The pure part: read the files, run the mode."""
+    candidate = read_probe(args.candidate)
+    mode = args.mode or ("two-sample" if args.baseline else "reference" if args.reference else "logprobs")
+    common = {"false_fail_rate": args.false_fail, "target_tv": args.tv}
+    if mode == "two-sample":
+        if not args.baseline:
+            raise ConfigError("--mode two-sample needs --baseline BASELINE.jsonl")
+        return run_mode(mode, baseline=read_probe(args.baseline), candidate=candidate, **common)
+    if mode == "reference":
+        if not args.reference:
+            raise ConfigError("--mode reference needs --reference MODEL_DIR")
+        from specgauge.stattests.server_reference import ReferenceModel
+
+        params = candidate.header["params"]
+        ref = ReferenceModel(args.reference,
+                             temperature=args.ref_temperature if args.ref_temperature is not None else params["temperature"],
+                             top_k=args.ref_top_k if args.ref_top_k is not None else params.get("top_k"),
+                             top_p=args.ref_top_p if args.ref_top_p is not None else params.get("top_p"))
+        return run_mode(mode, run=candidate, law=ref, seed=args.seed, **common)
+    return run_mode(mode, run=candidate, seed=args.seed, **common)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    target = resolve_csv_target(args.csv, default_name="server_certificate.csv")
+    cert = certificate(args)
+    frame = cert.frame()
+    write_csv_atomic(frame, target.path, {"command": "compare", "mode": cert.mode, "candidate": args.candidate,
+                                          "baseline": args.baseline, "reference": args.reference,
+                                          "false_fail_rate": args.false_fail, "seed": args.seed,
+                                          "notes": list(cert.notes), "verdict": cert.verdict()})
+    print(frame[["test", "passed", "pvalue", "n", "min_detectable_tv", "measured_tv"]].to_string(index=False))
+    for note in cert.notes:
+        print(f"note: {note}")
+    print(cert.verdict())
+    print(f"certificate: {target.path}")
+    return 0 if cert.passed else 1

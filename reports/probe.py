@@ -1,0 +1,64 @@
+"""``specgauge probe``: draw samples from an OpenAI-compatible server into a resumable JSONL."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from specgauge.errors import ConfigError
+from specgauge.stattests.server_probe import ClientConfig, ProbeConfig, load_prompts, probe
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specgauge probe",
+        description="Sample an OpenAI-compatible endpoint (/v1/completions or chat) into an append-only JSONL "
+                    "that a rerun resumes; `specgauge compare` certifies it.")
+    parser.add_argument("url", help="server base URL, e.g. http://127.0.0.1:8000 (with or without /v1)")
+    parser.add_argument("--out", required=True, help="the JSONL to write or resume")
+    parser.add_argument("--prompts", default=None,
+                        help='JSONL of {"prompt": ...} lines (default: a built-in set with concentrated next tokens)')
+    parser.add_argument("--model", default=None, help="model name (default: the first /v1/models lists)")
+    parser.add_argument("--chat", action="store_true", help="use /v1/chat/completions instead of /v1/completions")
+    parser.add_argument("--temperature", type=float, default=1.0, help="default 1.0")
+    parser.add_argument("--top-p", type=float, default=None)
+    parser.add_argument("--top-k", type=int, default=None, help="sent only when given")
+    parser.add_argument("-L", "--max-tokens", type=int, default=3, help="tokens per sample, L (default 3)")
+    parser.add_argument("--samples", type=int, default=100, help="samples per prompt (default 100)")
+    parser.add_argument("--top-logprobs", type=int, default=0,
+                        help="ask for K top logprobs per position (enables `compare --mode logprobs`)")
+    parser.add_argument("--n", type=int, default=16, help="samples per request where the server honours n (default 16)")
+    parser.add_argument("--extra-body", default="{}",
+                        help="JSON merged into every request body, e.g. engine fields such as generation_config")
+    parser.add_argument("--concurrency", type=int, default=4, help="requests in flight (default 4)")
+    parser.add_argument("--max-rps", type=float, default=None, help="requests started per second, at most")
+    parser.add_argument("--retries", type=int, default=5, help="retries on 429/5xx/dropped connections (default 5)")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per request (default 120)")
+    parser.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"), help="default $OPENAI_API_KEY")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        extra = json.loads(args.extra_body)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--extra-body is not JSON: {exc.msg}") from None
+    if not isinstance(extra, dict):
+        raise ConfigError("--extra-body must be a JSON object")
+    cfg = ProbeConfig(args.url, model=args.model, endpoint="chat" if args.chat else "completions",
+                      temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, max_tokens=args.max_tokens,
+                      samples_per_prompt=args.samples, top_logprobs=args.top_logprobs, n=args.n, extra_body=extra)
+    client = ClientConfig(concurrency=args.concurrency, max_rps=args.max_rps, retries=args.retries,
+                          timeout_s=args.timeout, api_key=args.api_key)
+    summary = probe(cfg, load_prompts(args.prompts), args.out, client_config=client,
+                    progress=not args.no_progress and sys.stderr.isatty())
+    caps = summary.capabilities
+    print(f"probe: {summary.drawn} new samples in {summary.seconds:.1f} s ({summary.samples_per_second:.0f}/s), "
+          f"{summary.total} in {args.out}; server honours n: {'yes' if caps['n'] else 'no'}, "
+          f"logprobs: {'yes' if caps['logprobs'] else 'no'}; tokens recorded as "
+          f"{'ids' if caps.get('token_ids') else 'text'}")
+    return 0

@@ -1,0 +1,503 @@
+"""Draw samples from an OpenAI-compatible server into a resumable, append-only JSONL.
+
+The first line of the file is a metadata header: the server's ``/v1/models`` answer, the
+request parameters, the prompts and what the server turned out to offer (``n``,
+``logprobs``, token ids). Every further line is one sample, keyed by ``(prompt, sample)``
+index; a rerun with the same parameters reads the file, drops a torn last line, and draws
+only the missing indices, so an interruption loses at most the requests in flight and
+never duplicates a sample.
+
+One async HTTP client (``httpx2``, connection pool sized to the concurrency) sends the
+requests under a semaphore and an optional rate limit, and retries 429 and 5xx answers
+and dropped connections with exponential backoff (honouring ``Retry-After``). Samples
+per request: ``n`` where the server honours it, else one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from specgauge.errors import ConfigError, SpecgaugeError
+
+FORMAT = "specgauge-probe/1"
+BUILTIN_PROMPTS = (
+    # next few tokens close to determined for any instruction-tuned or base model
+    "Monday, Tuesday, Wednesday, Thursday,",
+    "January, February, March, April,",
+    "1, 2, 3, 4, 5, 6, 7,",
+    "A, B, C, D, E, F, G,",
+    "The capital of France is",
+    "To be, or not to be, that is the",
+    "Twinkle, twinkle, little star, how I wonder what you",
+    "The opposite of hot is",
+)
+
+
+class ServerError(SpecgaugeError):
+    """The server could not be reached, did not speak the OpenAI API, or refused the requests."""
+
+
+class TemperatureIgnoredError(ServerError):
+    """Every sample of every prompt was identical although the temperature asks for sampling."""
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    """What to ask the server for; everything here is recorded in the JSONL header."""
+
+    url: str
+    model: str | None = None            # default: the first model /v1/models lists
+    endpoint: str = "completions"       # "completions" or "chat"
+    temperature: float = 1.0
+    top_p: float | None = None
+    top_k: int | None = None            # sent only when set (some servers refuse the field)
+    max_tokens: int = 3                 # L: the length of every sampled sequence
+    samples_per_prompt: int = 100
+    top_logprobs: int = 0               # ask for this many top logprobs per position (0: none)
+    n: int = 16                         # samples per request where the server honours `n`
+    extra_body: Mapping[str, Any] = field(default_factory=dict)  # engine fields, e.g. generation_config
+
+    def __post_init__(self) -> None:
+        if self.endpoint not in ("completions", "chat"):
+            raise ConfigError(f"endpoint must be 'completions' or 'chat', got {self.endpoint!r}")
+        if self.max_tokens < 1 or self.samples_per_prompt < 1 or self.n < 1:
+            raise ConfigError("max_tokens, samples_per_prompt and n must be at least 1")
+        if not self.temperature >= 0:
+            raise ConfigError(f"temperature must be >= 0, got {self.temperature!r}")
+
+    def params(self) -> dict[str, Any]:
+        """The fields that decide the law being sampled (a resumed file must match them)."""
+        out = asdict(self)
+        out.pop("url")
+        out["extra_body"] = dict(self.extra_body)
+        return out
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """How to talk to the server; not part of the law, so free to change on resume."""
+
+    concurrency: int = 4
+    max_rps: float | None = None        # requests started per second, at most
+    retries: int = 5
+    backoff_s: float = 0.25             # first retry delay; doubles, capped at 8 s
+    timeout_s: float = 120.0
+    api_key: str | None = None
+
+
+@dataclass(frozen=True)
+class ProbeRun:
+    """The journal's content: header, then one record per (prompt, sample)."""
+
+    header: dict[str, Any]
+    records: list[dict[str, Any]]
+
+    @property
+    def token_kind(self) -> str:
+        return "ids" if self.records and all("token_ids" in r for r in self.records) else "text"
+
+
+# ---------------------------------------------------------------- prompts
+
+
+def load_prompts(path: Path | str | None) -> list[str]:
+    """Prompts from a JSONL file (``{"prompt": ...}`` or a bare JSON string per line), else the built-in set."""
+    if path is None:
+        return list(BUILTIN_PROMPTS)
+    prompts: list[str] = []
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise ConfigError(f"cannot read prompts {str(path)!r}: {exc.strerror}") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError:
+            raise ConfigError(f"{path}:{number}: not a JSON line") from None
+        prompt = item.get("prompt") if isinstance(item, dict) else item
+        if not isinstance(prompt, str):
+            raise ConfigError(f'{path}:{number}: expected {{"prompt": "..."}} or a JSON string')
+        prompts.append(prompt)
+    if not prompts:
+        raise ConfigError(f"{path} holds no prompts")
+    return prompts
+
+
+# ---------------------------------------------------------------- the journal
+
+
+def _parse(line: bytes) -> dict[str, Any] | None:
+    try:
+        value = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def read_probe(path: Path | str) -> ProbeRun:
+    """Read a probe JSONL; a torn last line (an interrupted write) is ignored."""
+    path = Path(path)
+    try:
+        lines = path.read_bytes().split(b"\n")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {str(path)!r}: {exc.strerror}") from None
+    header = _parse(lines[0]) if lines else None
+    if not header or header.get("format") != FORMAT:
+        raise ConfigError(f"{path} is not a specgauge probe file (no {FORMAT} header)")
+    records = [r for r in map(_parse, lines[1:]) if r is not None and "p" in r and "s" in r]
+    return ProbeRun(header, records)
+
+
+class _Journal:
+    """Append-only writer: one ``write`` per line on an O_APPEND descriptor."""
+
+    def __init__(self, path: Path) -> None:
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def write(self, entries: Iterable[Mapping[str, Any]]) -> None:
+        data = b"".join(json.dumps(e, separators=(",", ":")).encode() + b"\n" for e in entries)
+        if data:
+            os.write(self._fd, data)
+
+    def close(self) -> None:
+        os.fsync(self._fd)
+        os.close(self._fd)
+
+
+def _truncate_torn_tail(path: Path) -> None:
+    """Cut an unterminated last line so that appends start on a fresh line."""
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with open(path, "r+b") as fh:
+            fh.truncate(data.rfind(b"\n") + 1)
+
+
+# ---------------------------------------------------------------- HTTP
+
+
+class _RateLimit:
+    def __init__(self, rps: float | None) -> None:
+        self._gap = 1.0 / rps if rps else 0.0
+        self._next = 0.0
+        self._lock = asyncio.Lock()
+
+    async def wait(self) -> None:
+        if not self._gap:
+            return
+        async with self._lock:
+            now = time.monotonic()
+            delay = self._next - now
+            self._next = max(now, self._next) + self._gap
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+
+def _base_url(url: str) -> str:
+    url = url.rstrip("/")
+    return url if url.endswith("/v1") else url + "/v1"
+
+
+def _snippet(response) -> str:
+    text = response.text.strip().replace("\n", " ")
+    return text[:160] + ("..." if len(text) > 160 else "")
+
+
+class _Client:
+    """The HTTP side: retries, backoff, rate limit, one clear line per failure."""
+
+    def __init__(self, url: str, client_config: ClientConfig, transport=None) -> None:
+        import httpx2
+
+        self._httpx = httpx2
+        self.base = _base_url(url)
+        self.cfg = client_config
+        headers = {"Authorization": f"Bearer {client_config.api_key}"} if client_config.api_key else {}
+        limits = httpx2.Limits(max_connections=client_config.concurrency,
+                               max_keepalive_connections=client_config.concurrency)
+        self.http = httpx2.AsyncClient(base_url=self.base, headers=headers, limits=limits, transport=transport,
+                                       timeout=httpx2.Timeout(client_config.timeout_s))
+        self.limit = _RateLimit(client_config.max_rps)
+
+    async def close(self) -> None:
+        await self.http.aclose()
+
+    async def request(self, method: str, path: str, body: Mapping[str, Any] | None = None):
+        httpx = self._httpx
+        for attempt in range(self.cfg.retries + 1):
+            await self.limit.wait()
+            try:
+                response = await self.http.request(method, path, json=body)
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                if attempt == self.cfg.retries:
+                    raise ServerError(f"cannot reach {self.base}: {exc or type(exc).__name__}") from None
+                retry_after = None
+            except httpx.TransportError as exc:
+                if attempt == self.cfg.retries:
+                    raise ServerError(f"{self.base}{path}: connection failed: {exc or type(exc).__name__}") from None
+                retry_after = None
+            else:
+                if response.status_code != 429 and response.status_code < 500:
+                    return response
+                if attempt == self.cfg.retries:
+                    raise ServerError(f"{self.base}{path} answered HTTP {response.status_code} after "
+                                      f"{self.cfg.retries} retries: {_snippet(response)}")
+                retry_after = response.headers.get("retry-after")
+            try:
+                delay = float(retry_after) if retry_after else None
+            except ValueError:
+                delay = None
+            await asyncio.sleep(delay if delay is not None else min(8.0, self.cfg.backoff_s * 2 ** attempt))
+        raise AssertionError("unreachable")
+
+    async def json(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> tuple[int, Any]:
+        response = await self.request(method, path, body)
+        try:
+            return response.status_code, response.json()
+        except ValueError:
+            raise ServerError(f"{self.base}{path} did not answer like an OpenAI-compatible server "
+                              f"(HTTP {response.status_code}, not JSON: {_snippet(response)!r})") from None
+
+
+async def _models(client: _Client) -> dict[str, Any]:
+    status, payload = await client.json("GET", "/models")
+    if status != 200 or not isinstance(payload, dict) or not isinstance(payload.get("data"), list):
+        raise ServerError(f"{client.base}/models did not answer like an OpenAI-compatible server "
+                          f"(HTTP {status}: {json.dumps(payload)[:160]})")
+    return payload
+
+
+# ---------------------------------------------------------------- request and reply
+
+
+def _body(cfg: ProbeConfig, model: str, prompt: str, n: int, logprobs: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model, "max_tokens": cfg.max_tokens, "temperature": cfg.temperature}
+    if cfg.endpoint == "chat":
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    if cfg.top_p is not None:
+        body["top_p"] = cfg.top_p
+    if cfg.top_k is not None:
+        body["top_k"] = cfg.top_k
+    if n > 1:
+        body["n"] = n
+    if logprobs and cfg.top_logprobs > 0:
+        if cfg.endpoint == "chat":
+            body.update(logprobs=True, top_logprobs=cfg.top_logprobs)
+        else:
+            body["logprobs"] = cfg.top_logprobs
+    body.update(cfg.extra_body)
+    return body
+
+
+def _token_id(token: str) -> int | None:
+    return int(token[9:]) if token.startswith("token_id:") and token[9:].lstrip("-").isdigit() else None
+
+
+def _parse_choice(choice: Mapping[str, Any], endpoint: str) -> dict[str, Any]:
+    """One sample: its text, and its tokens, logprobs and top logprobs where the server gave them."""
+    if endpoint == "chat":
+        text = (choice.get("message") or {}).get("content")
+    else:
+        text = choice.get("text")
+    if not isinstance(text, str):
+        raise ServerError(f"a choice has no text: {json.dumps(choice)[:160]}")
+    record: dict[str, Any] = {"text": text}
+    lp = choice.get("logprobs")
+    tokens = logprobs = top = None
+    if isinstance(lp, dict) and endpoint == "chat" and isinstance(lp.get("content"), list):
+        content = lp["content"]
+        tokens = [c["token"] for c in content]
+        logprobs = [c["logprob"] for c in content]
+        top = [[[t["token"], t["logprob"]] for t in c.get("top_logprobs") or []] for c in content]
+    elif isinstance(lp, dict) and isinstance(lp.get("tokens"), list):
+        tokens, logprobs = lp["tokens"], lp.get("token_logprobs")
+        top = [[[k, v] for k, v in (d or {}).items()] for d in lp.get("top_logprobs") or []]
+    if tokens is not None:
+        record["tokens"] = tokens
+        if logprobs is not None:
+            record["logprobs"] = logprobs
+        if top and any(top):
+            record["top"] = top
+    ids = choice.get("token_ids")
+    if isinstance(ids, list) and all(isinstance(i, int) for i in ids):
+        record["token_ids"] = ids
+    elif tokens and all(_token_id(t) is not None for t in tokens):
+        record["token_ids"] = [_token_id(t) for t in tokens]
+    return record
+
+
+async def _complete(client: _Client, cfg: ProbeConfig, model: str, prompt: str, n: int,
+                    caps: dict[str, bool]) -> list[dict[str, Any]]:
+    path = "/chat/completions" if cfg.endpoint == "chat" else "/completions"
+    status, payload = await client.json("POST", path, _body(cfg, model, prompt, n if caps["n"] else 1, caps["logprobs"]))
+    if status != 200:
+        raise ServerError(f"{client.base}{path} refused the request (HTTP {status}): {json.dumps(payload)[:200]}")
+    choices = payload.get("choices") if isinstance(payload, dict) else None
+    if not isinstance(choices, list) or not choices:
+        raise ServerError(f"{client.base}{path} did not answer like an OpenAI-compatible server: "
+                          f"{json.dumps(payload)[:160]}")
+    return [_parse_choice(c, cfg.endpoint) for c in choices]
+
+
+async def _negotiate(client: _Client, cfg: ProbeConfig, model: str, prompt: str) -> tuple[dict[str, bool], list]:
+    """One real request asking for everything; what comes back says what the server offers."""
+    want = {"n": cfg.n > 1, "logprobs": cfg.top_logprobs > 0}
+    path = "/chat/completions" if cfg.endpoint == "chat" else "/completions"
+    status, payload = await client.json("POST", path, _body(cfg, model, prompt, min(cfg.n, 2) if want["n"] else 1,
+                                                            want["logprobs"]))
+    if status in (400, 422) and any(want.values()):  # a strict server refusing n or logprobs
+        want = {"n": False, "logprobs": False}
+        status, payload = await client.json("POST", path, _body(cfg, model, prompt, 1, False))
+    if status != 200 or not isinstance(payload, dict) or not isinstance(payload.get("choices"), list):
+        raise ServerError(f"{client.base}{path} did not answer like an OpenAI-compatible server "
+                          f"(HTTP {status}: {json.dumps(payload)[:200]})")
+    samples = [_parse_choice(c, cfg.endpoint) for c in payload["choices"]]
+    caps = {"n": want["n"] and len(samples) > 1, "logprobs": want["logprobs"] and "tokens" in samples[0],
+            "token_ids": "token_ids" in samples[0]}
+    return caps, samples
+
+
+# ---------------------------------------------------------------- the probe
+
+
+@dataclass(frozen=True)
+class ProbeSummary:
+    path: Path
+    drawn: int          # samples drawn by this call
+    total: int          # samples in the file now
+    seconds: float
+    capabilities: Mapping[str, bool]
+
+    @property
+    def samples_per_second(self) -> float:
+        return self.drawn / self.seconds if self.seconds > 0 else math.inf
+
+
+def _check_resume(path: Path, header: Mapping[str, Any], cfg: ProbeConfig, prompts: list[str]) -> None:
+    old = header.get("params", {})
+    new = cfg.params()
+    if old.get("model") is None:
+        new["model"] = None
+    diffs = [f"{k} {old.get(k)!r} vs {new.get(k)!r}" for k in new if k != "model" and old.get(k) != new.get(k)]
+    if header.get("prompts") != prompts:
+        diffs.append("the prompts differ")
+    if diffs:
+        raise ConfigError(f"{path} was drawn with other parameters ({'; '.join(diffs)}); "
+                          "write to a new file or remove it")
+
+
+def probe(cfg: ProbeConfig, prompts: list[str], out: Path | str, *, client_config: ClientConfig = ClientConfig(),
+          transport=None, progress: bool = False, max_samples: int | None = None) -> ProbeSummary:
+    """Fill ``out`` up to ``samples_per_prompt`` samples for every prompt (resuming what is there).
+
+    ``transport``: an httpx2 transport (e.g. ``httpx2.ASGITransport(app)``) for in-process
+    servers. ``max_samples`` stops after about that many new samples (tests interrupt with it).
+    Raises :class:`ServerError` with one line for an unreachable or non-OpenAI server and
+    :class:`TemperatureIgnoredError` when sampling gave one answer per prompt throughout.
+    """
+    return asyncio.run(_probe(cfg, prompts, Path(out), client_config, transport, progress, max_samples))
+
+
+async def _probe(cfg, prompts, out: Path, client_config, transport, progress, max_samples) -> ProbeSummary:
+    if not prompts:
+        raise ConfigError("no prompts to probe")
+    started = time.monotonic()
+    client = _Client(cfg.url, client_config, transport)
+    try:
+        done: set[tuple[int, int]] = set()
+        if out.exists() and out.stat().st_size > 0:
+            run = read_probe(out)
+            _check_resume(out, run.header, cfg, prompts)
+            _truncate_torn_tail(out)
+            header = run.header
+            done = {(r["p"], r["s"]) for r in run.records}
+            caps = header["capabilities"]
+            model = header["model"]
+            journal = _Journal(out)
+            first: list[dict[str, Any]] = []
+        else:
+            models = await _models(client)
+            model = cfg.model or (models["data"][0].get("id") if models["data"] else None)
+            if not model:
+                raise ServerError(f"{client.base}/models lists no model; pass the model name")
+            caps, first = await _negotiate(client, cfg, model, prompts[0])
+            header = {"format": FORMAT, "url": client.base, "model": model, "models": models,
+                      "params": {**cfg.params(), "model": model}, "prompts": prompts, "capabilities": caps,
+                      "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            journal = _Journal(out)
+            journal.write([header])
+        todo = {p: [s for s in range(cfg.samples_per_prompt) if (p, s) not in done] for p in range(len(prompts))}
+        if first:
+            taken, todo[0] = todo[0][:len(first)], todo[0][len(first):]
+            journal.write({"p": 0, "s": s, **rec} for s, rec in zip(taken, first))
+        drawn = len(first)
+        per = cfg.n if caps["n"] else 1
+        jobs = [(p, idx[i:i + per]) for p, idx in todo.items() for i in range(0, len(idx), per)]
+        if max_samples is not None:
+            budget, kept = max_samples - drawn, []
+            for p, idx in jobs:
+                if budget <= 0:
+                    break
+                kept.append((p, idx[:budget]))
+                budget -= len(idx[:budget])
+            jobs = kept
+        drawn += await _run_jobs(client, cfg, model, prompts, caps, jobs, journal, client_config.concurrency, progress)
+        journal.close()
+    finally:
+        await client.close()
+    total = len(done) + drawn
+    summary = ProbeSummary(out, drawn, total, time.monotonic() - started, caps)
+    if total == len(prompts) * cfg.samples_per_prompt:
+        _check_sampling(read_probe(out), cfg)
+    return summary
+
+
+async def _run_jobs(client, cfg, model, prompts, caps, jobs, journal, concurrency, progress) -> int:
+    from tqdm.auto import tqdm
+
+    semaphore = asyncio.Semaphore(concurrency)
+    bar = tqdm(total=sum(len(idx) for _, idx in jobs), unit="sample", disable=not progress, desc="probe")
+    count = 0
+
+    async def one(p: int, indices: list[int]) -> None:
+        nonlocal count
+        got: list[dict[str, Any]] = []
+        async with semaphore:
+            while len(got) < len(indices):  # a server may return fewer choices than `n`
+                need = len(indices) - len(got)
+                got += await _complete(client, cfg, model, prompts[p], need, caps)
+        journal.write({"p": p, "s": s, **rec} for s, rec in zip(indices, got))
+        count += len(indices)
+        bar.update(len(indices))
+
+    tasks = [asyncio.create_task(one(p, idx)) for p, idx in jobs]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        bar.close()
+    return count
+
+
+def _check_sampling(run: ProbeRun, cfg: ProbeConfig) -> None:
+    """A server that ignores the temperature returns one answer per prompt, every time."""
+    if cfg.temperature == 0 or cfg.samples_per_prompt < 5:
+        return
+    answers: dict[int, set[str]] = {}
+    for r in run.records:
+        answers.setdefault(r["p"], set()).add(r["text"])
+    if answers and all(len(v) == 1 for v in answers.values()):
+        raise TemperatureIgnoredError(
+            f"the server ignored the temperature ({cfg.temperature:g}): all {cfg.samples_per_prompt} samples "
+            f"of each of the {len(answers)} prompts are identical")

@@ -1,0 +1,97 @@
+"""The exact law of every sampled position, by teacher forcing a local Hugging Face model.
+
+For each distinct (prompt, completion) of a probe run, one forward pass over the prompt
+and the completion gives the target's logits at each of the L positions; transformers' own
+logits warpers (temperature, then top-k, then top-p, the order `generate` applies them)
+turn them into the law the server should have sampled from. The token ids come from the
+run when the server returned them, else from re-tokenising the text with the model's
+tokenizer (exact for word-level vocabularies; a BPE tokenizer may split a completion
+differently from how it was generated, and such samples are counted and left out).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from specgauge.errors import ConfigError
+from specgauge.stattests.server_probe import ProbeRun
+
+
+@dataclass(frozen=True)
+class ReferenceModel:
+    """A local model directory and the sampling settings whose law it should give."""
+
+    path: str
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    add_special_tokens: bool = True  # how the server tokenises a completions prompt
+
+    def __post_init__(self) -> None:
+        if not self.temperature > 0:
+            raise ConfigError(f"the reference law needs a positive temperature, got {self.temperature!r}")
+
+    def __call__(self, run: ProbeRun) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return teacher_forced_law(self, run)
+
+
+def _load(path: str):
+    try:
+        import torch  # noqa: F401
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError as exc:
+        raise ConfigError(f"the reference mode needs torch and transformers: pip install 'specgauge[hf]' ({exc})") from None
+    if not Path(path).exists():
+        raise ConfigError(f"reference model {path!r} is not a local directory")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    return tokenizer, model
+
+
+def teacher_forced_law(ref: ReferenceModel, run: ProbeRun) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(prompt[N], tokens[N, L], probs[N, L, V]) for the run's samples that tokenise to L tokens."""
+    import torch
+    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    tokenizer, model = _load(ref.path)
+    length = run.header["params"]["max_tokens"]
+    chat = run.header["params"]["endpoint"] == "chat"
+    prompt_ids = []
+    for text in run.header["prompts"]:
+        if chat:
+            ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
+        else:
+            ids = tokenizer(text, add_special_tokens=ref.add_special_tokens)["input_ids"]
+        prompt_ids.append(list(ids))
+    warpers = LogitsProcessorList([TemperatureLogitsWarper(ref.temperature)])
+    if ref.top_k is not None:
+        warpers.append(TopKLogitsWarper(ref.top_k))
+    if ref.top_p is not None and ref.top_p < 1.0:
+        warpers.append(TopPLogitsWarper(ref.top_p))
+
+    prompts, completions = [], []
+    for r in run.records:
+        ids = r.get("token_ids") or tokenizer(r["text"], add_special_tokens=False)["input_ids"]
+        if len(ids) == length:
+            prompts.append(r["p"])
+            completions.append(ids)
+    if not completions:
+        raise ConfigError(f"no sample of {length} tokens after tokenisation: is {ref.path!r} the served model?")
+    prompt = np.asarray(prompts, np.int64)
+    tokens = np.asarray(completions, np.int64)
+    vocab = model.get_output_embeddings().weight.shape[0]
+    probs = np.empty((tokens.shape[0], length, vocab))
+    for p in np.unique(prompt):
+        rows = np.flatnonzero(prompt == p)
+        unique, inverse = np.unique(tokens[rows], axis=0, return_inverse=True)
+        head = torch.tensor(prompt_ids[p], dtype=torch.long).expand(unique.shape[0], -1)
+        inputs = torch.cat([head, torch.from_numpy(unique[:, :-1])], dim=1)
+        with torch.no_grad():
+            logits = model(inputs).logits[:, len(prompt_ids[p]) - 1:].double()
+        laws = torch.stack([torch.softmax(warpers(inputs[:, :len(prompt_ids[p]) + k], logits[:, k]), dim=-1)
+                            for k in range(length)], dim=1)
+        probs[rows] = laws.numpy()[inverse.ravel()]
+    return prompt, tokens, probs

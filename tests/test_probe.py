@@ -1,0 +1,159 @@
+"""`specgauge probe` and `compare` against an in-process OpenAI-compatible fake with a known law.
+
+The fake (specgauge.fixtures.fake_openai) honours `n` and returns top-k logprobs, which
+`transformers serve` does not: the logprob mode is tested here, on an exact server and on
+one that samples colder than the logprobs it reports.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+httpx2 = pytest.importorskip("httpx2")
+
+from specgauge.errors import ConfigError  # noqa: E402
+from specgauge.fixtures.fake_openai import FakeOpenAI  # noqa: E402
+from specgauge.fixtures.serve import free_port  # noqa: E402
+from specgauge.reports import cli  # noqa: E402
+from specgauge.stattests.server_compare import one_sample_logprobs, one_sample_reference, two_sample  # noqa: E402
+from specgauge.stattests.server_probe import (ClientConfig, ProbeConfig, ServerError,  # noqa: E402
+                                              TemperatureIgnoredError, probe, read_probe)
+
+URL = "http://fake"
+PROMPTS = ["one", "two", "three", "four"]
+FAST = ClientConfig(concurrency=4, backoff_s=0.001)
+
+
+def _probe(path, app, *, samples=50, temperature=1.0, top_logprobs=0, chat=False, **kw):
+    cfg = ProbeConfig(URL, temperature=temperature, max_tokens=3, samples_per_prompt=samples,
+                      top_logprobs=top_logprobs, endpoint="chat" if chat else "completions")
+    return probe(cfg, PROMPTS, path, client_config=kw.pop("client_config", FAST),
+                 transport=httpx2.ASGITransport(app=app), **kw)
+
+
+def test_probe_records_header_ids_and_every_sample_once(tmp_path):
+    out = tmp_path / "run.jsonl"
+    summary = _probe(out, FakeOpenAI(), top_logprobs=3)
+    run = read_probe(out)
+    assert summary.capabilities == {"n": True, "logprobs": True, "token_ids": True}
+    assert run.header["params"]["temperature"] == 1.0 and run.header["models"]["data"][0]["id"] == "fake-markov"
+    keys = sorted((r["p"], r["s"]) for r in run.records)
+    assert keys == [(p, s) for p in range(len(PROMPTS)) for s in range(50)]
+    assert run.token_kind == "ids" and all(len(r["token_ids"]) == 3 for r in run.records)
+
+
+def test_probe_falls_back_to_one_sample_a_request(tmp_path):
+    app = FakeOpenAI(honour_n=False)
+    _probe(tmp_path / "run.jsonl", app, samples=10)
+    assert app.requests == 1 + 10 * len(PROMPTS)  # /v1/models, then one request per sample
+
+
+def test_interrupted_probe_resumes_without_duplicates(tmp_path):
+    out = tmp_path / "run.jsonl"
+    first = _probe(out, FakeOpenAI(seed=1), max_samples=70)
+    assert first.total < 50 * len(PROMPTS)
+    with open(out, "ab") as fh:
+        fh.write(b'{"p": 0, "s": 3, "text": "w1')  # torn by a kill
+    second = _probe(out, FakeOpenAI(seed=2))
+    keys = [(r["p"], r["s"]) for r in read_probe(out).records]
+    assert len(keys) == len(set(keys)) == 50 * len(PROMPTS)
+    assert second.drawn == 50 * len(PROMPTS) - first.total
+
+
+def test_resume_with_other_parameters_is_refused(tmp_path):
+    out = tmp_path / "run.jsonl"
+    _probe(out, FakeOpenAI(), max_samples=10)
+    with pytest.raises(ConfigError, match="temperature 1.0 vs 0.9"):
+        _probe(out, FakeOpenAI(), temperature=0.9)
+
+
+def test_retries_429_and_5xx(tmp_path):
+    for status in (429, 503):
+        app = FakeOpenAI(fail_every=3, fail_status=status)
+        _probe(tmp_path / f"{status}.jsonl", app, samples=20)
+        assert len(read_probe(tmp_path / f"{status}.jsonl").records) == 20 * len(PROMPTS)
+
+
+def test_gives_up_after_the_retries(tmp_path):
+    with pytest.raises(ServerError, match="HTTP 500 after 2 retries"):
+        _probe(tmp_path / "run.jsonl", FakeOpenAI(fail_every=1, fail_status=500),
+               client_config=ClientConfig(retries=2, backoff_s=0.001))
+
+
+def test_temperature_ignored_is_one_clear_error(tmp_path):
+    with pytest.raises(TemperatureIgnoredError, match="ignored the temperature"):
+        _probe(tmp_path / "run.jsonl", FakeOpenAI(ignore_temperature=True), samples=10)
+
+
+def test_non_openai_reply_is_one_clear_error(tmp_path):
+    with pytest.raises(ServerError, match="did not answer like an OpenAI-compatible server"):
+        _probe(tmp_path / "run.jsonl", FakeOpenAI(html=True))
+
+
+def test_cli_unreachable_url_prints_one_line(tmp_path, capsys):
+    url = f"http://127.0.0.1:{free_port()}"
+    status = cli.main(["probe", url, "--out", str(tmp_path / "run.jsonl"), "--retries", "0", "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert status == 1 and len(err.splitlines()) == 1
+    assert err.startswith("specgauge probe: error: cannot reach http://127.0.0.1:")
+
+
+@pytest.mark.parametrize("chat", [False, True], ids=["completions", "chat"])
+def test_logprob_mode_passes_an_exact_server(tmp_path, chat):
+    _probe(tmp_path / "run.jsonl", FakeOpenAI(seed=3), samples=1000, top_logprobs=4, chat=chat)
+    cert = one_sample_logprobs(read_probe(tmp_path / "run.jsonl"))
+    assert cert.passed, cert.verdict()
+    assert cert.results[0].min_detectable_tv < 0.05
+
+
+def test_logprob_mode_fails_a_server_sampling_colder_than_it_reports(tmp_path):
+    _probe(tmp_path / "run.jsonl", FakeOpenAI(seed=3, sample_temperature_factor=0.9), samples=1000, top_logprobs=4)
+    cert = one_sample_logprobs(read_probe(tmp_path / "run.jsonl"))
+    assert not cert.passed, cert.verdict()
+    assert cert.verdict().startswith("FAIL (logprobs")
+
+
+def test_two_sample_passes_same_law_and_fails_temperature_0_9(tmp_path):
+    for name, app, temperature in (("a", FakeOpenAI(seed=4), 1.0), ("b", FakeOpenAI(seed=5), 1.0),
+                                   ("cold", FakeOpenAI(seed=6), 0.9)):
+        _probe(tmp_path / f"{name}.jsonl", app, samples=3000, temperature=temperature)
+    runs = {name: read_probe(tmp_path / f"{name}.jsonl") for name in ("a", "b", "cold")}
+    same = two_sample(runs["a"], runs["b"])
+    assert same.passed, same.verdict()
+    cold = two_sample(runs["a"], runs["cold"])
+    assert not cold.passed, cold.verdict()
+    assert any("temperature" in note for note in cold.notes)
+
+
+def _fake_reference(app: FakeOpenAI, temperature: float):
+    """The fake's exact law of each sampled position: what a reference model gives."""
+    def law(run):
+        prompt = np.array([r["p"] for r in run.records])
+        tokens = np.array([r["token_ids"] for r in run.records])
+        starts = np.full((tokens.shape[0], 1), app.vocab)
+        prev = np.concatenate([starts, tokens[:, :-1]], axis=1)
+        tables = np.stack([app.law(app.logits(p), temperature) for p in run.header["prompts"]])
+        return prompt, tokens, tables[prompt[:, None], prev]
+    return law
+
+
+def test_reference_mode_on_the_fake(tmp_path):
+    _probe(tmp_path / "run.jsonl", FakeOpenAI(seed=7), samples=1000, top_logprobs=1)  # for the token ids
+    run = read_probe(tmp_path / "run.jsonl")
+    assert one_sample_reference(run, _fake_reference(FakeOpenAI(), 1.0)).passed
+    assert not one_sample_reference(run, _fake_reference(FakeOpenAI(), 0.9)).passed
+
+
+def test_compare_cli_writes_certificate(tmp_path, capsys):
+    for name in ("off", "on"):
+        _probe(tmp_path / f"{name}.jsonl", FakeOpenAI(seed=len(name)), samples=200)
+    csv = tmp_path / "cert.csv"
+    status = cli.main(["compare", str(tmp_path / "on.jsonl"), "--baseline", str(tmp_path / "off.jsonl"),
+                       "--csv", str(csv)])
+    out = capsys.readouterr().out
+    assert status == 0 and "PASS (two-sample" in out
+    meta = json.loads(csv.with_name("cert.meta.json").read_text())
+    assert meta["mode"] == "two-sample" and csv.read_text().startswith("mode,test,passed")
