@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specgauge.laws import recursive_rejection, tree_depths
+from specgauge.laws import tree_depths
 
 from .contract import PAD, Decoder
 from .reference import NumpyDecoder
@@ -28,6 +28,106 @@ def first_hit(hits: np.ndarray) -> np.ndarray:
     return np.where(hits.any(axis=1), hits.argmax(axis=1), -1)
 
 
+class NodeRows:
+    """Rows ``array[rows[i], cols[i]]`` of a contract array [B, M, V], read lazily.
+
+    A verifier needs p and q in full only for the rows that reject their first sibling (or
+    sit at a leaf); for the others one entry each is enough. ``np.asarray`` gives them all.
+    """
+
+    def __init__(self, array: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> None:
+        self.flat = array.reshape(-1, array.shape[-1])
+        self.index = rows * array.shape[1] + cols
+        self.shape = (self.index.size, array.shape[-1])
+
+    def at(self, which: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """Entry ``tokens[i]`` of row ``which[i]``."""
+        index = self.index if which.size == self.index.size else self.index[which]
+        return self.flat.reshape(-1)[index * self.shape[1] + tokens]
+
+    def take(self, which: np.ndarray) -> np.ndarray:
+        return self.flat[self.index[which]]
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        rows = self.flat[self.index]
+        return rows if dtype is None else rows.astype(dtype)
+
+
+def sequential_select(p: NodeRows, q: NodeRows, siblings: np.ndarray, u: np.ndarray,
+                      rule: str) -> tuple[np.ndarray, np.ndarray]:
+    """The sibling rules of :func:`specgauge.laws.recursive_rejection`, in few array passes.
+
+    The residual is kept unnormalised, r_j = R / Z (and q_j = Q / S without replacement),
+    so round j accepts c when ``u·Z·q(c) < R(c)`` (``u·Z·Q(c) < R(c)·S``; ``u·Z < R(c)``
+    for top-k) and a rejection sets R ← max(R − Z·q, 0) (R·S − Z·Q; R(c) ← 0 for top-k).
+    Only the rows still undecided are carried from one sibling to the next, and p and q
+    are read in full only for them. Returns the first accepted column (−1: none) and the
+    unnormalised residual of the rows with none, in row order.
+    """
+    n, width = siblings.shape
+    vocab = p.shape[1]
+    ones = np.ones(vocab)
+    choice = np.full(n, -1)
+    idx = np.arange(n)  # rows still undecided
+    residual = draft = None  # read lazily: the first sibling needs one entry of p and q
+    mass = np.ones(n)
+    draft_mass = np.ones(n) if rule == "without-replacement" else None
+    for j in range(width):  # siblings; the undecided rows vectorised
+        x = siblings[idx, j] if j else siblings[:, 0]
+        present = x >= 0
+        token = np.maximum(x, 0)
+        if residual is None:
+            r_c = p.at(idx, token)
+            q_c = None if rule == "topk" else q.at(idx, token)
+        else:
+            at = np.arange(idx.size) * vocab + token
+            r_c = residual.reshape(-1)[at]
+            q_c = None if rule == "topk" else draft.reshape(-1)[at]
+        u_j = u[idx, j] if j else u[:, 0]
+        if rule == "topk":
+            hit = u_j * mass < r_c
+        else:
+            hit = u_j * mass * q_c < (r_c if draft_mass is None else r_c * draft_mass)
+        hit &= present
+        choice[idx[hit]] = j
+        keep = ~hit
+        idx, present, token, r_c, mass = idx[keep], present[keep], token[keep], r_c[keep], mass[keep]
+        q_c = None if q_c is None else q_c[keep]
+        draft_mass = None if draft_mass is None else draft_mass[keep]
+        if residual is None:
+            residual = p.take(idx)
+            mass = residual @ ones
+            if rule != "topk":
+                draft = q.take(idx)
+                if draft_mass is not None:
+                    draft_mass = draft @ ones
+        else:
+            residual = residual[keep]
+            draft = None if draft is None else draft[keep]
+        if idx.size == 0 or not present.any():
+            continue
+        at = np.arange(idx.size) * vocab + token
+        if rule == "topk":
+            residual.reshape(-1)[at[present]] = 0.0
+            mass = mass - np.where(present, r_c, 0.0)
+            continue
+        if draft_mass is None:
+            nxt = np.maximum(residual - mass[:, None] * draft, 0.0)
+        else:
+            nxt = np.maximum(residual * draft_mass[:, None] - mass[:, None] * draft, 0.0)
+            draft.reshape(-1)[at[present]] = 0.0
+            draft_mass = np.where(present, draft_mass - q_c, draft_mass)
+        nxt_mass = nxt @ ones
+        moved = present & (nxt_mass > 0)
+        if moved.all():
+            residual, mass = nxt, nxt_mass
+        else:
+            residual, mass = np.where(moved[:, None], nxt, residual), np.where(moved, nxt_mass, mass)
+    if residual is None:
+        residual = p.take(idx)
+    return choice, residual
+
+
 class TreeVerifier:
     """The walk down the tree shared by every rule; subclasses set ``scheme`` and ``rule``."""
 
@@ -37,35 +137,35 @@ class TreeVerifier:
 
     def select(self, p: np.ndarray, q: np.ndarray, siblings: np.ndarray,
                u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(choice [n], final [n, V])``: the accepted sibling's column (−1: none) and the
-        distribution of the correction token should none be accepted."""
-        accept, residual = recursive_rejection(p, q, siblings, self.rule)
-        return first_hit(u < accept), residual
+        """``(choice [n], final [k, V])``: the accepted sibling's column (−1: none) and, for
+        the k rows with none, in order, the (unnormalised) distribution of their correction."""
+        return sequential_select(p, q, siblings, u, self.rule)
 
     def target_row(self, target_probs: np.ndarray, rows: np.ndarray, node: np.ndarray,
                    parents: np.ndarray, leaf: np.ndarray) -> np.ndarray:
-        """p at ``node``'s context (−1: the root), rows ``rows``."""
-        return target_probs[rows, node + 1]
+        """p at ``node``'s context (−1: the root) for rows ``rows``, as lazy :class:`NodeRows`."""
+        return NodeRows(target_probs, rows, node + 1)
 
     def verify_tree(self, parents, tokens, draft_probs, target_probs, rng):
         parents = np.asarray(parents, dtype=np.int64)
         kids = children_table(parents)
         depth = int(tree_depths(parents).max(initial=0))
         batch, width = tokens.shape[0], kids.shape[1]
-        u = rng.random((batch, depth + 1, width))
-        final_u = rng.random(batch)
         emitted = np.full((batch, depth + 1), PAD, dtype=np.int64)
         live = np.arange(batch)
         node = np.full(batch, -1, dtype=np.int64)
+        n_nodes = parents.size
+        flat_tokens = tokens.reshape(-1)
         for d in range(depth + 1):  # levels; the rows at every node are vectorised
             cand = kids[node[live] + 1]
-            siblings = np.where(cand >= 0, tokens[live[:, None], np.maximum(cand, 0)], -1)
+            base = (live * n_nodes)[:, None]
+            siblings = np.where(cand >= 0, flat_tokens[base + np.maximum(cand, 0)], -1)
             leaf = cand[:, 0] < 0
             p = self.target_row(target_probs, live, node[live], parents, leaf)
-            q = draft_probs[live, np.maximum(cand[:, 0], 0)]
-            choice, final = self.select(p, q, siblings, u[live, d])
+            q = NodeRows(draft_probs, live, np.maximum(cand[:, 0], 0))
+            choice, final = self.select(p, q, siblings, rng.random((live.size, width)))
             stop = choice < 0
-            emitted[live[stop], d] = sample_rows_at(final[stop], final_u[live[stop]])
+            emitted[live[stop], d] = sample_rows_at(final, rng.random(final.shape[0]))
             go = ~stop
             emitted[live[go], d] = siblings[go, choice[go]]
             node[live[go]] = cand[go, choice[go]]
@@ -109,6 +209,7 @@ class TopKCoinDecoder(TreeVerifier):
         self.threshold_single, self.threshold_acc = threshold_single, threshold_acc
 
     def select(self, p, q, siblings, u):
+        p = np.asarray(p)
         present = siblings >= 0
         p_c = np.where(present, np.take_along_axis(p, np.maximum(siblings, 0), axis=1), 0.0)
         cumulative = np.cumsum(p_c, axis=1)
@@ -120,7 +221,7 @@ class TopKCoinDecoder(TreeVerifier):
         final[rows, siblings[tried]] = 0.0
         empty = final.sum(axis=1) <= 0
         final[empty] = p[empty]
-        return choice, final
+        return choice, final[choice < 0]
 
 
 class ChainAsTree:

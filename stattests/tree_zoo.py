@@ -51,7 +51,8 @@ class ResidualNotUpdated(TreeVerifier):
     def select(self, p, q, siblings, u):
         columns = [recursive_rejection(p, q, siblings[:, j : j + 1], self.rule) for j in range(siblings.shape[1])]
         accept = np.concatenate([a for a, _ in columns], axis=1)
-        return first_hit(u < accept), columns[-1][1]
+        choice = first_hit(u < accept)
+        return choice, columns[-1][1][choice < 0]
 
 
 class WithoutReplacementAsIid(TreeVerifier):
@@ -71,13 +72,14 @@ class WithoutReplacementAsIid(TreeVerifier):
 
 class SharedSiblingUniform(TreeVerifier):
     """One uniform for all the siblings of a node: round j accepts when u < a_j with the u
-    that rejected rounds < j.
+    that rejected rounds < j (top-k siblings, q = 1).
 
-    The tree form of vLLM #47386 (one Philox draw reused); a common shortcut in batched
-    kernels that draw one coin per level.
+    The tree form of vLLM #47386 (one Philox draw reused); the shortcut a kernel that draws
+    one coin per level takes when it compares the coin with each sibling's own ratio
+    r_j(c_j) instead of with the cumulative mass, as SGLang's kernel does.
     """
 
-    name, scheme, rule = "shared-sibling-uniform", "without-replacement", "without-replacement"
+    name, scheme, rule = "shared-sibling-uniform", "topk", "topk"
     expected_failed_checks = {
         "sibling-rounds": "given rounds < j rejected, u ≥ a_i: round j accepts with the wrong probability",
         "exactness": "siblings after a rejection are accepted too rarely",
@@ -102,7 +104,7 @@ class BonusFromWrongNode(TreeVerifier):
 
     def target_row(self, target_probs, rows, node, parents, leaf):
         parent = np.where(leaf & (node >= 0), parents[np.maximum(node, 0)], node)
-        return target_probs[rows, parent + 1]
+        return super().target_row(target_probs, rows, parent, parents, leaf)
 
 
 class LongestMatch(TreeVerifier):
