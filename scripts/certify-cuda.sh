@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Certify the torch, vLLM and SGLang decoders on a CUDA GPU, with the engines' CUDA builds.
+# Certify the torch, vLLM and SGLang decoders on a CUDA GPU, with the engines' CUDA builds, and
+# SGLang's tree verifier tree_speculative_sampling_target_only (thresholds 1 and 0.5).
 #
 # UNTESTED: written in a session without a GPU. The same adapters run on the CPU through
 # Triton's interpreter (tests/test_backend_*.py); on a GPU they run the compiled kernels.
@@ -74,6 +75,26 @@ for name, make, fixtures in build():
     elapsed = time.perf_counter() - start
     print(f"\n== {name} on {gpu}: {getattr(decoder, 'backend', type(decoder).__name__)}; "
           f"{rows} rows in {elapsed:.0f} s")
+    print(cert.summary())
+# Tree verification: SGLang's EAGLE-2/3 kernel, thresholds at 1 (exact) and at 0.5 (lossy by
+# design: the certificate must say so and the measured TV is printed).
+from specgauge.stattests.tree_checks import TreeCertConfig, certify_tree
+tree_config = TreeCertConfig(tv=max(tv, 0.01), false_fail=1e-6, seed=0)
+for name, threshold in (("sglang-tree", 1.0), ("sglang-tree-relaxed", 0.5)):
+    start = time.perf_counter()
+    try:
+        from specgauge.stattests.decoders.sglang_tree import SGLangTreeDecoder
+        decoder = SGLangTreeDecoder(threshold_single=threshold, threshold_acc=threshold)
+    except Exception as exc:  # report and go on
+        print(f"\n== {name}: could not be built: {type(exc).__name__}: {exc}")
+        failures += 1
+        continue
+    cert = certify_tree(decoder, tree_config, name=name)
+    cert.frame.assign(gpu=gpu).to_csv(os.path.join(out, f"{name}.csv"), index=False)
+    exact_rows = cert.frame[cert.frame["check"] == "exactness"]
+    worst = exact_rows["message"].str.extract(r"measured TV ([0-9.eE+-]+)")[0].astype(float).max()
+    print(f"\n== {name} (threshold_single = threshold_acc = {threshold}) on {gpu}: "
+          f"{time.perf_counter() - start:.0f} s; largest measured TV at a depth {worst:.4g}")
     print(cert.summary())
 print(f"\ncertificates in {out}/")
 raise SystemExit(1 if failures else 0)

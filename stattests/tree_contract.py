@@ -54,6 +54,8 @@ BUILTIN_TREE_DECODERS: dict[str, str] = {
     "chain-numpy": "specgauge.stattests.tree_reference:chain_numpy",
     "eagle": "specgauge.stattests.decoders.eagle:EagleDecoder",
     "eagle-t0.5": "specgauge.stattests.decoders.eagle:EagleTemperatureDecoder",
+    "sglang-tree": "specgauge.stattests.decoders.sglang_tree:SGLangTreeDecoder",
+    "sglang-tree-relaxed": "specgauge.stattests.decoders.sglang_tree:SGLangTreeRelaxedDecoder",
 }
 
 #: The references the tree suite certifies when no ``--specgauge-tree-decoder`` is given.
