@@ -132,19 +132,19 @@ class ContractViolation(AssertionError):
     """The decoder's output breaks the contract; the message names the defect."""
 
 
-def check_emitted(emitted: object, draft_tokens: np.ndarray, vocab_size: int) -> np.ndarray:
-    """Validate one ``verify`` result and return it as int64 [B, γ+1].
+def validate_padded(emitted: object, shape: tuple[int, int], vocab_size: int,
+                    who: str = "verify") -> tuple[np.ndarray, np.ndarray]:
+    """``(emitted as int64, tokens per row)`` after checking the type, ``shape``, an integer
+    dtype, the range, the -1 padding (nothing after it) and at least one token per row.
 
-    Checks shape, integer dtype, range, the -1 padding (nothing after it), at least one
-    token per row, and that the accepted prefix repeats the draft tokens.
-    """
-    batch, gamma = draft_tokens.shape
+    Shared by the chain contract and the tree contract (``who`` names the method)."""
+    batch, width = shape
     if not isinstance(emitted, np.ndarray):
-        raise ContractViolation(f"verify returned {type(emitted).__name__}, not a numpy array")
-    if emitted.shape != (batch, gamma + 1):
-        raise ContractViolation(f"verify returned shape {emitted.shape}, expected {(batch, gamma + 1)}")
+        raise ContractViolation(f"{who} returned {type(emitted).__name__}, not a numpy array")
+    if emitted.shape != (batch, width):
+        raise ContractViolation(f"{who} returned shape {emitted.shape}, expected {(batch, width)}")
     if not np.issubdtype(emitted.dtype, np.integer):
-        raise ContractViolation(f"verify returned dtype {emitted.dtype}, expected int64")
+        raise ContractViolation(f"{who} returned dtype {emitted.dtype}, expected int64")
     emitted = emitted.astype(np.int64, copy=False)
     pad = emitted == PAD
     bad = (~pad) & ((emitted < 0) | (emitted >= vocab_size))
@@ -154,7 +154,7 @@ def check_emitted(emitted: object, draft_tokens: np.ndarray, vocab_size: int) ->
             f"token {emitted[b, k]} out of range [0, {vocab_size}) at row {b}, position {k}"
         )
     lengths = np.argmax(np.concatenate([pad, np.ones((batch, 1), bool)], axis=1), axis=1)
-    after = np.arange(gamma + 1)[None, :] >= lengths[:, None]
+    after = np.arange(width)[None, :] >= lengths[:, None]
     garbage = after & ~pad
     if garbage.any():
         b, k = np.argwhere(garbage)[0]
@@ -162,6 +162,17 @@ def check_emitted(emitted: object, draft_tokens: np.ndarray, vocab_size: int) ->
     if (lengths == 0).any():
         b = int(np.argmax(lengths == 0))
         raise ContractViolation(f"row {b} emitted no token (every round emits at least one)")
+    return emitted, lengths
+
+
+def check_emitted(emitted: object, draft_tokens: np.ndarray, vocab_size: int) -> np.ndarray:
+    """Validate one ``verify`` result and return it as int64 [B, γ+1].
+
+    Checks shape, integer dtype, range, the -1 padding (nothing after it), at least one
+    token per row, and that the accepted prefix repeats the draft tokens.
+    """
+    batch, gamma = draft_tokens.shape
+    emitted, lengths = validate_padded(emitted, (batch, gamma + 1), vocab_size)
     prefix = np.arange(gamma)[None, :] < (lengths[:, None] - 1)
     mismatch = prefix & (emitted[:, :gamma] != draft_tokens)
     if mismatch.any():

@@ -32,7 +32,7 @@ import numpy as np
 from specgauge.errors import DecoderLoadError
 from specgauge.laws import TREE_SCHEMES, tree_depths, validate_parents
 
-from .contract import PAD, ContractViolation
+from .contract import PAD, ContractViolation, validate_padded
 
 
 @runtime_checkable
@@ -147,25 +147,7 @@ def check_tree_emitted(emitted: object, parents: np.ndarray, tokens: np.ndarray,
     """
     batch, vocab = tokens.shape[0], target_probs.shape[-1]
     depth = int(tree_depths(parents).max(initial=0))
-    if not isinstance(emitted, np.ndarray):
-        raise ContractViolation(f"verify_tree returned {type(emitted).__name__}, not a numpy array")
-    if emitted.shape != (batch, depth + 1):
-        raise ContractViolation(f"verify_tree returned shape {emitted.shape}, expected {(batch, depth + 1)}")
-    if not np.issubdtype(emitted.dtype, np.integer):
-        raise ContractViolation(f"verify_tree returned dtype {emitted.dtype}, expected int64")
-    emitted = emitted.astype(np.int64, copy=False)
-    pad = emitted == PAD
-    bad = (~pad) & ((emitted < 0) | (emitted >= vocab))
-    if bad.any():
-        b, k = np.argwhere(bad)[0]
-        raise ContractViolation(f"token {emitted[b, k]} out of range [0, {vocab}) at row {b}, position {k}")
-    lengths = np.argmax(np.concatenate([pad, np.ones((batch, 1), bool)], axis=1), axis=1)
-    garbage = (np.arange(depth + 1)[None, :] >= lengths[:, None]) & ~pad
-    if garbage.any():
-        b, k = np.argwhere(garbage)[0]
-        raise ContractViolation(f"token {emitted[b, k]} after the -1 padding at row {b}, position {k}")
-    if (lengths == 0).any():
-        raise ContractViolation(f"row {int(np.argmax(lengths == 0))} emitted no token (every round emits one)")
+    emitted, lengths = validate_padded(emitted, (batch, depth + 1), vocab, "verify_tree")
     nodes = accepted_nodes(emitted, parents, tokens)
     rows = np.arange(batch)
     last_node = np.where(lengths > 1, nodes[rows, np.maximum(lengths - 2, 0)], -1)
