@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specgauge.stattests.certify import CertConfig, certify, default_tv
+from specgauge.stattests.certify import ALL_FIXTURES, DEFAULT_FALSE_FAIL, CertConfig, certify, default_tv
 from specgauge.stattests.plugin import tv_type
 from specgauge.stattests.contract import decoder_name, load_decoder
 from specgauge.stattests.checks import CHECKS
 from specgauge.csvio import resolve_csv_target
 from specgauge.reports.console import say
-from specgauge.fixtures.pairs import FIXTURES
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,10 +22,18 @@ def build_parser() -> argparse.ArgumentParser:
                              "default $SPECGAUGE_DECODER, else numpy")
     parser.add_argument("--tv", type=tv_type, default=None,
                         help="TV that must be detectable (default 0.005, or the coarser one a slow decoder declares)")
-    parser.add_argument("--false-fail", type=float, default=1e-6, help="false-fail rate per assertion (default 1e-6)")
+    parser.add_argument("--false-fail", type=float, default=DEFAULT_FALSE_FAIL,
+                        help="family-wise false-fail rate: the chance that an exact decoder fails any assertion; "
+                             f"each assertion gets its Bonferroni share (default {DEFAULT_FALSE_FAIL:g})")
+    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                        help="seconds each decoder call may take; a call past it fails the contract check, "
+                             "naming the call (default: no limit)")
+    parser.add_argument("--slow", action="store_true",
+                        help="add the slow tier (production vocabularies streamed over many calls)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
     parser.add_argument("--check", action="append", choices=list(CHECKS), help="only these checks (repeatable)")
-    parser.add_argument("--fixture", action="append", choices=list(FIXTURES), help="only these fixtures (repeatable)")
+    parser.add_argument("--fixture", action="append", choices=list(ALL_FIXTURES), help="only these fixtures (repeatable)")
     parser.add_argument("--csv", default=None, metavar="PATH",
                         help="certificate path (default reports/certificate.csv); a .meta.json sidecar goes beside it")
     return parser
@@ -36,10 +43,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     target = resolve_csv_target(args.csv, default_name="certificate.csv")  # before any work
     decoder = load_decoder(args.decoder)
-    config = CertConfig(tv=args.tv if args.tv is not None else default_tv(decoder), false_fail=args.false_fail, seed=args.seed)
+    config = CertConfig(tv=args.tv if args.tv is not None else default_tv(decoder), false_fail=args.false_fail,
+                        seed=args.seed, timeout=args.timeout)
     print(f"certifying {args.decoder or 'numpy'}: samples sized to detect TV {config.tv:g}", file=sys.stderr)
     cert = certify(decoder, config, checks=args.check, fixtures=args.fixture,
-                   progress=sys.stderr.isatty(), name=decoder_name(args.decoder))
+                   progress=not args.no_progress, name=decoder_name(args.decoder), slow=args.slow)
     cert.to_csv(target.path, {"arguments": list(sys.argv[1:] if argv is None else argv),
                               "decoder": decoder_name(args.decoder), "tv": config.tv,
                               "false_fail": config.false_fail, "seed": config.seed})

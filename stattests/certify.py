@@ -5,27 +5,42 @@ Used by ``pytest stattests`` (one test item per assertion) and ``specgauge certi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Iterable
 
 import numpy as np
 import pandas as pd
 
+from specgauge.errors import SpecgaugeError
 from specgauge.fixtures.pairs import FIXTURES, PairFixture
 
 from .checks import CHECKS, Check, Rates, failure, position_label
 from .contract import Decoder, decoder_name, load_decoder
-from specgauge.errors import SpecgaugeError
 from .harness import FixtureRun, RunConfig, rows_for, run_fixture
-from .statistics import (TestResult, min_num_samples_for_goodness_of_fit,
+from .sequences import SEQUENCE_CASES, SequenceCase, SequenceRun, run_sequence_case, sequence_sample_size
+from .statistics import (TestResult, itemwise_error_rate, min_num_samples_for_goodness_of_fit,
                          min_num_samples_for_ks_uniformity)
 
 FAMILIES = ("exactness", "optimality")
 COLUMNS = ["decoder", "check", "family", "fixture", "position", "n", "statistic", "pvalue",
-           "false_fail_rate", "min_detectable_tv", "verdict", "message"]
-
+           "false_fail_rate", "min_detectable_tv", "detectable", "observed", "expected", "verdict", "message"]
+#: What each test's ``min_detectable_tv`` bounds, by test name (the certificate's ``detectable`` column).
+DETECTABLE = {
+    "goodness_of_fit": "TV between the pooled bins' distributions",
+    "pit_ks": "largest CDF gap along the vocabulary order (mass moved across one prefix)",
+    "independence": "TV of the pooled joint from the product of its margins",
+    "acceptance_rate": "shift of the acceptance rate",
+    "tokens_per_pass": "TV of the tokens-per-pass law",
+    "tokens_per_pass_mean": "shift of mean tokens per pass, in tokens",
+}
 
 DEFAULT_TV = 0.005
+#: Family-wise false-fail rate of a whole default certification: the chance that an exact
+#: decoder fails any assertion. Each assertion gets its Bonferroni share.
+DEFAULT_FALSE_FAIL = 1e-4
+#: Every fixture of the plan: distribution pairs and whole-sequence cases.
+ALL_FIXTURES: dict[str, PairFixture | SequenceCase] = {**FIXTURES, **SEQUENCE_CASES}
 
 
 def default_tv(decoder: object) -> float:
@@ -35,21 +50,49 @@ def default_tv(decoder: object) -> float:
     return max(DEFAULT_TV, float(getattr(decoder, "certification_tv", DEFAULT_TV)))
 
 
+def plan(fixtures: Iterable[str] | None = None, checks: Iterable[str] | None = None, slow: bool = False):
+    """Every (check, fixture, position) assertion, in a stable order.
+
+    The one list both ``pytest stattests`` and ``specgauge certify`` run, whole sequences
+    included; ``slow`` adds the slow tier's fixtures (named ``fixtures`` always run).
+    """
+    fx = ([ALL_FIXTURES[n] for n in fixtures] if fixtures
+          else [f for f in ALL_FIXTURES.values() if slow or not f.slow])
+    ch = [CHECKS[n] for n in (checks or CHECKS)]
+    for fixture in fx:
+        for check in ch:
+            if check.kind == fixture.kind and check.applies(fixture):
+                for position in check.positions(fixture):
+                    yield check, fixture, position
+
+
+@lru_cache(maxsize=None)
+def plan_size(slow: bool = False) -> int:
+    """Assertions in the default plan: what the family-wise rate is split over."""
+    return sum(1 for _ in plan(slow=slow))
+
+
 @dataclass(frozen=True)
 class CertConfig:
     """What a certificate must be able to detect, and what it may spend.
 
-    ``tv`` sets the sample size (capped by ``max_rows`` and by ``max_bytes`` of decoder
-    input per fixture); the certificate reports the TV actually reached.
+    ``tv`` sets the sample size (capped by ``max_rows`` and, outside the slow tier, by
+    ``max_bytes`` of decoder input per fixture); the certificate reports what it reached.
+    ``false_fail`` is the family-wise rate over ``assertions`` assertions (0: the default
+    plan's count), so each assertion runs at ``false_fail / assertions``. ``timeout``
+    bounds each decoder call in seconds. Nothing here depends on the clock: one seed,
+    one certificate.
     """
 
     tv: float = DEFAULT_TV
-    false_fail: float = 1e-6
+    false_fail: float = DEFAULT_FALSE_FAIL
     false_pass: float = 1e-3
     seed: int = 0
     max_rows: int = 2_000_000
     max_bytes: int = 2 * 2**30
     chunk_bytes: int = 64 * 2**20
+    assertions: int = 0
+    timeout: float | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.tv < 1:
@@ -57,20 +100,31 @@ class CertConfig:
         for label, rate in (("--false-fail", self.false_fail), ("false_pass", self.false_pass)):
             if not 0 < rate < 1:
                 raise SpecgaugeError(f"{label} must lie in (0, 1), got {rate!r}")
+        if self.timeout is not None and not self.timeout > 0:
+            raise SpecgaugeError(f"--timeout must be a positive number of seconds, got {self.timeout!r}")
+
+    @property
+    def per_assertion(self) -> float:
+        """The false-fail rate of each assertion: the family-wise rate's Bonferroni share."""
+        return itemwise_error_rate(self.false_fail, self.assertions or plan_size())
 
     @property
     def rates(self) -> Rates:
-        return Rates(self.false_fail, self.false_pass)
+        return Rates(self.per_assertion, self.false_pass)
 
     def rows(self, fixture: PairFixture) -> int:
         tv = max(self.tv, fixture.tv_floor)
-        needed = min_num_samples_for_ks_uniformity(tv, false_fail_rate=self.false_fail,
-                                                   false_pass_rate=self.false_pass)
+        rate = self.per_assertion
+        needed = min_num_samples_for_ks_uniformity(tv, false_fail_rate=rate, false_pass_rate=self.false_pass)
         if fixture.context_free:
             needed = max(needed, *(min_num_samples_for_goodness_of_fit(
-                tv, p, false_fail_rate=self.false_fail, false_pass_rate=self.false_pass)
-                for p in fixture.target))
-        return rows_for(fixture, needed, self.max_rows, self.max_bytes)
+                tv, p, false_fail_rate=rate, false_pass_rate=self.false_pass) for p in fixture.target))
+        # the slow tier streams in bounded memory (chunk_bytes a call): time-bound, not memory-bound
+        max_bytes = 2**62 if fixture.slow else self.max_bytes
+        return rows_for(fixture, needed, self.max_rows, max_bytes)
+
+    def sequences(self, case: SequenceCase) -> int:
+        return sequence_sample_size(case, max(self.tv, case.tv_floor), self.per_assertion)
 
 
 class CertificationSession:
@@ -78,14 +132,19 @@ class CertificationSession:
 
     def __init__(self, decoder: Decoder, name: str, config: CertConfig) -> None:
         self.decoder, self.name, self.config = decoder, name, config
-        self._runs: dict[str, FixtureRun] = {}
+        self._runs: dict[str, FixtureRun | SequenceRun] = {}
         self._results: dict[tuple[str, str], dict[int | None, TestResult]] = {}
         self.rows: list[dict] = []
 
-    def run(self, fixture: PairFixture) -> FixtureRun:
+    def run(self, fixture: PairFixture | SequenceCase) -> FixtureRun | SequenceRun:
         if fixture.name not in self._runs:
-            cfg = RunConfig(self.config.rows(fixture), self.config.chunk_bytes, self.config.seed)
-            self._runs[fixture.name] = run_fixture(self.decoder, fixture, cfg)
+            c = self.config
+            if fixture.kind == "sequence":
+                self._runs[fixture.name] = run_sequence_case(self.decoder, fixture, c.sequences(fixture), c.seed,
+                                                             c.timeout)
+            else:
+                cfg = RunConfig(c.rows(fixture), c.chunk_bytes, c.seed, c.timeout)
+                self._runs[fixture.name] = run_fixture(self.decoder, fixture, cfg)
         return self._runs[fixture.name]
 
     def results(self, check: Check, fixture: PairFixture) -> dict[int | None, TestResult]:
@@ -106,23 +165,32 @@ class CertificationSession:
         return result
 
     def certificate(self) -> "Certificate":
-        return Certificate(pd.DataFrame(self.rows, columns=COLUMNS))
+        """The rows in plan order, however they were run (pytest runs families apart)."""
+        order = {(c.name, f.name, position_label(c, f, pos)): i for i, (c, f, pos) in enumerate(plan(slow=True))}
+        rows = sorted(self.rows, key=lambda r: order.get((r["check"], r["fixture"], r["position"]), len(order)))
+        return Certificate(pd.DataFrame(rows, columns=COLUMNS))
 
 
-def _row(name: str, check: Check, fixture: PairFixture, position: int | None, r: TestResult) -> dict:
-    message = str(r.details.get("error", "")) if r.details else ""
-    if not message and r.details and "measured_tv" in r.details and not r.passed:
-        message = f"measured TV {r.details['measured_tv']:.4g}"
-    if not message and r.details and "observed_rate" in r.details:
-        message = f"observed {r.details['observed_rate']:.4f}, expected {r.details['expected_rate']:.4f}"
-    if not message and r.details and "observed_mean" in r.details:
-        message = f"observed {r.details['observed_mean']:.4f}, expected {r.details['expected_mean']:.4f}"
+_OBSERVED_EXPECTED = (("observed_rate", "expected_rate"), ("observed_mean", "expected_mean"))
+
+
+def _row(name: str, check: Check, fixture, position: int | None, r: TestResult) -> dict:
+    details = dict(r.details or {})
+    message = str(details.get("error", ""))
+    observed = expected = float("nan")
+    for obs_key, exp_key in _OBSERVED_EXPECTED:
+        if obs_key in details:
+            observed, expected = float(details[obs_key]), float(details[exp_key])
+    if "measured_tv" in details:  # goodness of fit: the measured TV against the expected 0
+        observed, expected = float(details["measured_tv"]), 0.0
+    if not message and not r.passed and np.isfinite(observed):
+        message = f"observed {observed:.4g}, expected {expected:.4g}"
     return {"decoder": name, "check": check.name, "family": check.family,
             "fixture": fixture.name if fixture else "",
             "position": position_label(check, fixture, position) if fixture else "", "n": r.n,
             "statistic": r.statistic, "pvalue": r.pvalue, "false_fail_rate": r.false_fail_rate,
-            "min_detectable_tv": r.min_detectable_tv, "verdict": verdict(r),
-            "message": message}
+            "min_detectable_tv": r.min_detectable_tv, "detectable": DETECTABLE.get(r.test, ""),
+            "observed": observed, "expected": expected, "verdict": verdict(r), "message": message}
 
 
 def verdict(result: TestResult) -> str:
@@ -163,8 +231,8 @@ class Certificate:
         failed = rows[rows["verdict"] == "fail"]
         if failed.empty:
             return "equal"
-        rates = failed["message"].str.extract(r"observed ([0-9.]+), expected ([0-9.]+)").astype(float)
-        return "above" if (rates[0] > rates[1]).mean() >= 0.5 else "below"
+        above = failed["observed"].astype(float) > failed["expected"].astype(float)
+        return "above" if above.mean() >= 0.5 else "below"
 
     def _why_not_optimal(self) -> str:
         direction = self.acceptance_direction()
@@ -180,13 +248,17 @@ class Certificate:
                  f"{int((f['verdict'] == 'fail').sum())} failed",
                  f"  exact: {'yes' if v['exact'] else 'NO'}; optimal acceptance (1 - TV, the law): "
                  f"{'yes' if v['optimal_acceptance'] else self._why_not_optimal()}"]
-        dist = f[f["check"].isin(["exactness", "pit-id", "pit-ratio"]) & (f["verdict"] != "untested")]
+        dist = f[(f["check"] == "exactness") & (f["verdict"] != "untested")]
         reached = dist.groupby("fixture")["min_detectable_tv"].median()
         finite = reached[np.isfinite(reached.astype(float))]
+        rate = f["false_fail_rate"].astype(float)
         if not finite.empty:
-            lines.append(f"  detectable TV of the output distribution (median over positions): "
-                         f"{finite.min():.3g} ({finite.idxmin()}) to {finite.max():.3g} ({finite.idxmax()}),"
-                         f" power 0.999 at false-fail rate {f['false_fail_rate'].max():.1g} per assertion")
+            lines.append(f"  detectable discrepancy of the exactness checks (median over positions; the column "
+                         f"'detectable' says what each bounds): {finite.min():.3g} ({finite.idxmin()}) to "
+                         f"{finite.max():.3g} ({finite.idxmax()}), power 0.999")
+        if rate.notna().any():
+            lines.append(f"  false-fail rate {rate.max():.2g} per assertion; family-wise over the "
+                         f"{len(f)} assertions at most {min(1.0, rate.sum()):.2g}")
         for _, row in f[f["verdict"] == "fail"].head(12).iterrows():
             where = f"{row['fixture']}{'-' + row['position'] if row['position'] else ''}"
             lines.append(f"  FAIL {row['check']}[{where}]: p-value {row['pvalue']:.3g} {row['message']}")
@@ -199,36 +271,31 @@ class Certificate:
         write_csv_atomic(self.frame, path, {"command": "certify", **(metadata or {})})
 
 
-def plan(fixtures: Iterable[str] | None = None, checks: Iterable[str] | None = None):
-    """Every (check, fixture, position) assertion, in a stable order."""
-    fx = [FIXTURES[n] for n in (fixtures or FIXTURES)]
-    ch = [CHECKS[n] for n in (checks or CHECKS)]
-    for fixture in fx:
-        for check in ch:
-            if check.applies(fixture):
-                for position in check.positions(fixture):
-                    yield check, fixture, position
-
-
 def certify(decoder: Decoder | str | None = None, config: CertConfig | None = None,
             checks: Iterable[str] | None = None, fixtures: Iterable[str] | None = None,
-            progress: bool = False, name: str | None = None) -> Certificate:
-    """Certify ``decoder`` (an object with ``verify``, a short name or MODULE:NAME)."""
+            progress: bool = False, name: str | None = None, slow: bool = False) -> Certificate:
+    """Certify ``decoder`` (an object with ``verify``, a short name or MODULE:NAME).
+
+    ``slow`` adds the slow tier; ``progress`` shows a tqdm bar on stderr.
+    """
     config = config or CertConfig()
     if name is None:
         name = (decoder_name(decoder) if decoder is None or isinstance(decoder, str)
                 else str(getattr(decoder, "name", type(decoder).__name__)))
     obj = load_decoder(decoder) if decoder is None or isinstance(decoder, str) else decoder
-    unknown = set(checks or ()) - set(CHECKS) | set(fixtures or ()) - set(FIXTURES)
+    unknown = set(checks or ()) - set(CHECKS) | set(fixtures or ()) - set(ALL_FIXTURES)
     if unknown:
         raise SpecgaugeError(f"unknown check or fixture {sorted(unknown)}; checks: {', '.join(CHECKS)}; "
-                             f"fixtures: {', '.join(FIXTURES)}")
+                             f"fixtures: {', '.join(ALL_FIXTURES)}")
+    items = list(plan(fixtures, checks, slow))
+    if not config.assertions:  # the family-wise rate is split over the assertions actually run
+        config = replace(config, assertions=plan_size(slow) if not (fixtures or checks) else len(items))
     session = CertificationSession(obj, name, config)
-    items = list(plan(fixtures, checks))
-    if progress:
-        from tqdm import tqdm
-        items = tqdm(items, desc=f"certifying {name}", unit="assertion")
-    for check, fixture, position in items:
+    from tqdm import tqdm
+
+    bar = tqdm(items, desc=f"certifying {name}", unit="assertion", disable=not progress, leave=False)
+    for check, fixture, position in bar:
+        bar.set_postfix_str(fixture.name, refresh=False)
         session.assertion(check, fixture, position)
     return session.certificate()
 

@@ -17,8 +17,13 @@ from specgauge.fixtures.pairs import PairFixture
 
 from .contract import PAD
 from .harness import FixtureRun
-from .statistics import (TestResult, acceptance_rate_test, goodness_of_fit, independence_test,
-                         ks_uniformity, tokens_per_pass_mean_test, tokens_per_pass_test)
+from .sequences import SequenceRun, sequence_counts
+from .statistics import (MIN_EXPECTED, TestResult, _pool, acceptance_rate_test, combine_bonferroni, goodness_of_fit,
+                         independence_test, ks_uniformity, tokens_per_pass_mean_test, tokens_per_pass_test)
+
+#: Up to this many rows per call, every pair of a call's rows is tested; above it, the
+#: call's whole block of rows at once (a calls × tokens table).
+PAIRWISE_CALL_ROWS = 12
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,7 @@ class Check:
     applies: Callable[[PairFixture], bool]
     positions: Callable[[PairFixture], list[int | None]]
     meaning: str
+    kind: str = "pair"  # the kind of fixture it runs on: "pair" or "sequence"
 
 
 def failure(test: str, run: FixtureRun, rates: Rates, message: str) -> TestResult:
@@ -87,27 +93,63 @@ def _pit(column: str) -> CheckFn:
     return check
 
 
+def _pairs_tests(pairs: list[tuple[np.ndarray, np.ndarray]], rate: float, rates: Rates) -> list[TestResult]:
+    """Independence sub-tests of one assertion, each at ``rate`` (its Bonferroni share)."""
+    return [independence_test(x, y, false_fail_rate=rate, false_pass_rate=rates.false_pass) for x, y in pairs]
+
+
+def _call_block_test(first: np.ndarray, call_rows: int, rate: float, rates: Rates) -> TestResult:
+    """Rows of one call are exchangeable iid draws: the calls × tokens table is homogeneous.
+
+    Dependence between any two rows of a call, at any lag, makes the per-call token
+    counts over- (or under-) dispersed. Tokens are pooled so every cell is expected at
+    least MIN_EXPECTED times; untestable (df 0) when a call is too small for that.
+    """
+    calls = first.size // call_rows
+    block = first[: calls * call_rows]
+    _, tok = np.unique(block, return_inverse=True)
+    bins = _pool(np.bincount(tok) * (call_rows / block.size), MIN_EXPECTED)[tok]
+    call = np.repeat(np.arange(calls), call_rows)
+    return independence_test(call, bins, false_fail_rate=rate, false_pass_rate=rates.false_pass, min_expected=0.0)
+
+
 def independence_rows(run: FixtureRun, rates: Rates) -> dict[int | None, TestResult]:
-    """First tokens of rows (same p and q) are independent: neighbours (2i, 2i+1) and
-    (2i+1, 2i+2), and rows half a run apart; the false-fail rate is split over the three."""
+    """First tokens of rows (same p and q) are independent, within a call and across calls.
+
+    Within a call of B rows: every pair of rows (B ≤ PAIRWISE_CALL_ROWS), else the call's
+    whole block at once (every lag) beside lags 1 and B/2 alone; across calls: row i of call c against row i of call c + 1 (a
+    decoder that reseeds from the caller's generator without advancing it repeats itself).
+    The false-fail rate is split evenly over the sub-tests.
+    """
     first = run.tokens[:, 0]
-    half = run.n // 2
-    pairs = [(first[0:2 * half:2], first[1:2 * half:2]),
-             (first[1:-1:2], first[2::2]),
-             (first[:half], first[half:2 * half])]
-    results = [independence_test(x[: y.size], y[: x.size], false_fail_rate=rates.false_fail / len(pairs),
-                                 false_pass_rate=rates.false_pass) for x, y in pairs]
-    worst = min(results, key=lambda r: r.pvalue)
-    pvalue = min(1.0, len(pairs) * worst.pvalue)
-    return {None: TestResult("independence", worst.statistic, pvalue, run.n, rates.false_fail,
-                             max(r.min_detectable_tv for r in results), worst.df)}
+    b = run.call_rows
+    calls = first.size // b
+    grid = first[: calls * b].reshape(calls, b)
+    if b <= PAIRWISE_CALL_ROWS:
+        pairs = [(grid[:, i], grid[:, j]) for i in range(b) for j in range(i + 1, b)]
+    else:  # the block test sees every lag; lag 1 and lag B/2 on their own see one lag sharply
+        h = b // 2
+        pairs = [(grid[:, 0:2 * h:2].ravel(), grid[:, 1:2 * h:2].ravel()),
+                 (grid[:, :h].ravel(), grid[:, h:2 * h].ravel())]
+    half = calls // 2
+    if half:
+        pairs.append((grid[0:2 * half:2].ravel(), grid[1:2 * half:2].ravel()))
+    block = b > PAIRWISE_CALL_ROWS and calls > 1
+    rate = rates.false_fail / max(len(pairs) + block, 1)
+    results = _pairs_tests(pairs, rate, rates)
+    if block:
+        results.append(_call_block_test(first, b, rate, rates))
+    return {None: combine_bonferroni(results, "independence", rates.false_fail)}
 
 
 def independence_positions(run: FixtureRun, rates: Rates) -> dict[int | None, TestResult]:
-    """Given position 1 is emitted, its token is independent of the token at position 0."""
-    both = run.tokens[:, 1] != PAD
-    return {None: independence_test(run.tokens[both, 0], run.tokens[both, 1],
-                                    false_fail_rate=rates.false_fail, false_pass_rate=rates.false_pass)}
+    """Given position k is emitted, its token is independent of the token at every j < k."""
+    pairs = []
+    for k in range(1, run.fixture.gamma + 1):
+        both = run.tokens[:, k] != PAD
+        pairs.extend((run.tokens[both, j], run.tokens[both, k]) for j in range(k))
+    rate = rates.false_fail / max(len(pairs), 1)
+    return {None: combine_bonferroni(_pairs_tests(pairs, rate, rates), "independence", rates.false_fail)}
 
 
 def greedy(run: FixtureRun, rates: Rates) -> dict[int | None, TestResult]:
@@ -160,6 +202,23 @@ def law(run: FixtureRun, rates: Rates) -> dict[int | None, TestResult]:
                                             false_pass_rate=rates.false_pass)}
 
 
+def sequence_exactness(run: SequenceRun, rates: Rates) -> dict[int | None, TestResult]:
+    """Whole sequences: the joint law of the first L new tokens is the target's (rare ones pooled)."""
+    if run.error:
+        return {None: failure("sequence-exactness", run, rates, run.error)}
+    counts = sequence_counts(run.tokens, run.vocab_size)
+    return {None: goodness_of_fit(counts, run.exact, false_fail_rate=rates.false_fail,
+                                  false_pass_rate=rates.false_pass)}
+
+
+def sequence_tokens_per_pass(run: SequenceRun, rates: Rates) -> dict[int | None, TestResult]:
+    """The first round emits N tokens with P(N > k) = Σ_paths Π min(p, q) (position-dependent α)."""
+    if run.error:
+        return {None: failure("sequence-tokens-per-pass", run, rates, run.error)}
+    return {None: tokens_per_pass_test(run.first_round_lengths, run.alphas, false_fail_rate=rates.false_fail,
+                                       false_pass_rate=rates.false_pass)}
+
+
 def _always(_: PairFixture) -> bool:
     return True
 
@@ -186,15 +245,17 @@ CHECKS: dict[str, Check] = {c.name: c for c in [
           "same seed same output, no exception"),
     Check("exactness", "exactness", exactness, lambda f: not f.greedy, _all_positions,
           "tokens at each position (and the bonus) are distributed as p, given the position is emitted"),
-    Check("pit-id", "exactness", _pit("pit_id"), lambda f: not f.greedy, _all_positions,
-          "randomized PIT of every emitted token is uniform (vocabulary ordered by id)"),
+    Check("pit-id", "exactness", _pit("pit_id"), lambda f: f.context_free and not f.greedy, _all_positions,
+          "randomized PIT of every emitted token is uniform (vocabulary ordered by id); on heterogeneous "
+          "fixtures this is the exactness check itself, so it is not counted twice"),
     Check("pit-ratio", "exactness", _pit("pit_ratio"), lambda f: not f.greedy and f.gamma > 0, _drafted,
           "randomized PIT is uniform with the vocabulary ordered by p/q, where bias concentrates"),
     Check("independence-rows", "exactness", independence_rows, _context_free, _single,
-          "rows of a batch do not share random numbers"),
+          "rows do not share random numbers: every pair of rows of a call (or the call's whole block), "
+          "and the same row of consecutive calls"),
     Check("independence-positions", "exactness", independence_positions,
           lambda f: f.context_free and f.gamma >= 1, _single,
-          "the token at position 1 is independent of the token at position 0"),
+          "the token at every position is independent of the token at every earlier position"),
     Check("greedy", "exactness", greedy, lambda f: f.greedy, _single,
           "at temperature zero the output is exactly the target's argmax prefix"),
     Check("acceptance", "optimality", acceptance, lambda f: f.gamma > 0, _drafted,
@@ -205,6 +266,10 @@ CHECKS: dict[str, Check] = {c.name: c for c in [
           "tokens per pass follow the truncated geometric law"),
     Check("law", "optimality", law, lambda f: f.gamma > 0, _single,
           "mean tokens per pass is 1 + sum_k prod_{i<=k} alpha_i"),
+    Check("sequence-exactness", "exactness", sequence_exactness, _always, _single,
+          "the first L generated tokens follow the target model's exact sequence distribution", "sequence"),
+    Check("sequence-tokens-per-pass", "optimality", sequence_tokens_per_pass, _always, _single,
+          "the first round's tokens per pass follow the law with position-dependent acceptance", "sequence"),
 ]}
 
 

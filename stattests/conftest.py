@@ -23,7 +23,7 @@ def _session(config: pytest.Config):
     session = config.stash.get(_SESSION_KEY, None)
     if session is None:
         from specgauge.errors import DecoderLoadError, SpecgaugeError
-        from specgauge.stattests.certify import CertConfig, CertificationSession, default_tv
+        from specgauge.stattests.certify import CertConfig, CertificationSession, default_tv, plan_size
         from specgauge.stattests.contract import BUILTIN_DECODERS, decoder_name, load_decoder
 
         spec = decoder_spec(config)
@@ -31,8 +31,10 @@ def _session(config: pytest.Config):
         try:
             decoder = load_decoder(spec)
             tv = config.getoption("specgauge_tv") or default_tv(decoder)
+            slow = config.getoption("specgauge_slow")
             cert = CertConfig(tv=tv, false_fail=config.getoption("specgauge_false_fail"),
-                              seed=config.getoption("specgauge_seed"))
+                              seed=config.getoption("specgauge_seed"), assertions=plan_size(slow),
+                              timeout=config.getoption("specgauge_timeout"))
         except DecoderLoadError as exc:
             missing = name in BUILTIN_DECODERS and ("missing" in str(exc) or "cannot import" in str(exc))
             session = (pytest.skip if missing else pytest.fail, str(exc))
@@ -94,10 +96,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     only = getattr(metafunc.function, "family", None)
     name = decoder_name(decoder_spec(metafunc.config))
     items, ids = [], []
-    for check, fixture, position in plan():
+    for check, fixture, position in plan(slow=metafunc.config.getoption("specgauge_slow")):
         if only and check.family != only:
             continue
-        items.append((check.name, fixture.name, position))
+        marks = [pytest.mark.slow] if fixture.slow else []
+        items.append(pytest.param((check.name, fixture.name, position), marks=marks))
         label = position_label(check, fixture, position)
         ids.append("-".join(x for x in (name, check.name, fixture.name, label) if x))
     metafunc.parametrize("specgauge_assertion", items, ids=ids)

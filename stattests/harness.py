@@ -16,12 +16,14 @@ import numpy as np
 
 from specgauge.fixtures.pairs import PairFixture
 
+from .deadline import CallTimeout, call_with_deadline
 from .contract import PAD, ContractViolation, Decoder, check_emitted, check_possible, emitted_lengths
 from .sampling import sample_rows
 from .statistics import pit_values, total_variation
 
 GREEDY_ROWS = 100_000  # greedy is checked row by row, exactly: no sample size to reach
 REPRO_ROWS = 16  # rows verified twice with the same seed: the output must not change
+MIN_CALLS = 16  # a fixture's rows are split over at least this many verify calls
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,7 @@ class RunConfig:
     rows: int
     chunk_bytes: int = 64 * 2**20
     seed: int = 0
+    timeout: float | None = None  # seconds per verify call; None: wait for ever
 
 
 @dataclass(frozen=True, eq=False)
@@ -46,6 +49,7 @@ class FixtureRun:
     alpha: np.ndarray  # [n, γ] 1 − TV(p, q) per row and position
     greedy_mismatches: int
     greedy_example: str
+    call_rows: int  # rows per verify call: row r is row r % call_rows of call r // call_rows
     error: str | None = None  # fatal: every check on the fixture reports it
     reproducibility_error: str | None = None  # the contract check reports it; statistics still run
 
@@ -56,6 +60,9 @@ def fixture_seed(seed: int, fixture: PairFixture) -> np.random.SeedSequence:
 
 
 def chunk_rows(fixture: PairFixture, chunk_bytes: int) -> int:
+    """Rows per verify call: the fixture's own batch size, else as many as ``chunk_bytes`` hold."""
+    if fixture.call_rows:
+        return fixture.call_rows
     cells = (2 * fixture.gamma + 1) * fixture.vocab_size
     return max(1, chunk_bytes // (8 * cells * 3))
 
@@ -102,20 +109,27 @@ def run_fixture(decoder: Decoder, fixture: PairFixture, config: RunConfig) -> Fi
     batch_rng, draft_rng, decoder_rng, pit_rng = (
         np.random.default_rng(s) for s in fixture_seed(config.seed, fixture).spawn(4))
     tables = _ContextFreeTables(fixture) if fixture.context_free else None
-    repro_error = _reproducibility_error(decoder, fixture, fixture_seed(config.seed + 1, fixture))
+    repro_error = _reproducibility_error(decoder, fixture, fixture_seed(config.seed + 1, fixture), config.timeout)
     error = repro_error if repro_error and repro_error.startswith("verify raised") else None
     rows = min(config.rows, GREEDY_ROWS) if fixture.greedy else config.rows
     parts: dict[str, list[np.ndarray]] = {k: [] for k in ("lengths", "tokens", "pit_id", "pit_ratio", "alpha")}
     mismatches, example = 0, ""
     step = chunk_rows(fixture, config.chunk_bytes)
-    done = 0
+    if not fixture.call_rows:  # many calls, never one big one: calls are what the row tests compare
+        step = min(step, max(1, -(-rows // MIN_CALLS)))
+    done = calls = 0
     while done < rows and error is None:
         m = min(step, rows - done)
         target, draft = fixture.batch(m, batch_rng)
         draft_tokens = tables.draft_tokens(m, draft_rng) if tables else sample_rows(draft, draft_rng)
         inputs = (np.array(target), np.array(draft), draft_tokens.copy())
+        calls += 1
         try:
-            emitted = decoder.verify(*inputs, decoder_rng)
+            emitted = call_with_deadline(decoder.verify, (*inputs, decoder_rng), config.timeout,
+                                         f"verify call {calls} ({m} rows) on {fixture.name}")
+        except CallTimeout as exc:
+            error = f"contract violation: {exc}"
+            break
         except Exception as exc:  # a decoder's failure is a finding, not a crash
             error = f"verify raised {type(exc).__name__}: {exc}"
             break
@@ -155,19 +169,23 @@ def run_fixture(decoder: Decoder, fixture: PairFixture, config: RunConfig) -> Fi
     arrays = {k: (np.concatenate(v) if v else np.full((n,) + _shape(k, g), np.nan)) for k, v in parts.items()}
     alpha = np.broadcast_to(fixture.acceptance(), (n, g)) if tables is not None else arrays["alpha"]
     return FixtureRun(fixture, n, arrays["lengths"].astype(np.int64), arrays["tokens"].astype(np.int64),
-                      arrays["pit_id"], arrays["pit_ratio"], alpha, mismatches, example, error,
+                      arrays["pit_id"], arrays["pit_ratio"], alpha, mismatches, example, step, error,
                       None if error else repro_error)
 
 
-def _reproducibility_error(decoder: Decoder, fixture: PairFixture, seed: np.random.SeedSequence) -> str | None:
+def _reproducibility_error(decoder: Decoder, fixture: PairFixture, seed: np.random.SeedSequence,
+                           timeout: float | None = None) -> str | None:
     """The same inputs and the same seed must give the same output."""
     batch_seed, decoder_seed = seed.spawn(2)
     rng = np.random.default_rng(batch_seed)
     target, draft = fixture.batch(REPRO_ROWS, rng)
     tokens = sample_rows(draft, rng)
     try:
-        first, second = (decoder.verify(np.array(target), np.array(draft), tokens.copy(),
-                                        np.random.default_rng(decoder_seed)) for _ in range(2))
+        first, second = (call_with_deadline(
+            decoder.verify, (np.array(target), np.array(draft), tokens.copy(), np.random.default_rng(decoder_seed)),
+            timeout, f"reproducibility call {i + 1} ({REPRO_ROWS} rows) on {fixture.name}") for i in range(2))
+    except CallTimeout as exc:
+        return f"verify raised {type(exc).__name__}: {exc}"
     except Exception as exc:  # reported like any failure of verify
         return f"verify raised {type(exc).__name__}: {exc}"
     if not (np.shape(first) == np.shape(second) and np.array_equal(first, second)):

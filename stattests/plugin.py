@@ -2,8 +2,9 @@
 
 Registered under ``pytest11``. In the manner of hypothesis's plugin it imports nothing
 heavy and registers only prefixed options (``--specgauge-decoder``, ``--specgauge-tv``,
-``--specgauge-false-fail``, ``--specgauge-seed``, ``--specgauge-certificate``, and the
-server URLs ``--specgauge-server-url`` / ``--specgauge-baseline-url``). The
+``--specgauge-false-fail``, ``--specgauge-seed``, ``--specgauge-certificate``,
+``--specgauge-timeout``, ``--specgauge-slow``, and the server URLs
+``--specgauge-server-url`` / ``--specgauge-baseline-url``). The
 fixtures and the parametrisation of the certification suite live in the suite's own
 ``conftest.py`` beside its tests, so no other project's tests ever see them.
 """
@@ -39,8 +40,14 @@ def pytest_addoption(parser) -> None:
     group.addoption("--specgauge-tv", type=tv_type, default=None, metavar="TV",
                     help="total-variation discrepancy that must be detectable; sets the sample sizes "
                          "(default 0.005, or the coarser certification_tv a slow decoder declares)")
-    group.addoption("--specgauge-false-fail", type=float, default=1e-6, metavar="RATE",
-                    help="false-fail rate of each assertion (default 1e-6)")
+    group.addoption("--specgauge-false-fail", type=float, default=1e-4, metavar="RATE",
+                    help="family-wise false-fail rate: the chance that an exact decoder fails any assertion of "
+                         "the suite; each assertion gets its Bonferroni share (default 1e-4)")
+    group.addoption("--specgauge-timeout", type=float, default=None, metavar="SECONDS",
+                    help="seconds each decoder call may take; a call past it fails the contract check "
+                         "(default: no limit)")
+    group.addoption("--specgauge-slow", action="store_true", default=False,
+                    help="add the slow tier (production vocabularies streamed over many calls)")
     group.addoption("--specgauge-seed", type=int, default=0, metavar="N",
                     help="root seed of every random stream (default 0)")
     group.addoption("--specgauge-tree-decoder", default=None, metavar="NAME[,NAME]",

@@ -7,7 +7,11 @@ models' next-token tables, then compared with what a speculative generator produ
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+
+from specgauge.fixtures.toy_lm import load_toy_lm
 
 from .generate import NextTokenModel
 from .statistics import expected_tokens_per_pass  # noqa: F401  (the law, re-exported beside α_k)
@@ -81,3 +85,90 @@ def length_counts(lengths: np.ndarray, gamma: int) -> np.ndarray:
     if lengths.size and (lengths.min() < 1 or lengths.max() > gamma + 1):
         raise ValueError(f"round lengths outside 1..{gamma + 1}: {np.unique(lengths)}")
     return np.bincount(lengths - 1, minlength=gamma + 1)
+
+
+# ---------------------------------------------------------------- sequence cases of the certification
+
+#: Most sequences one case draws (TV ≈ 0.015 detectable at the default rates).
+MAX_SEQUENCES = 200_000
+#: Fewest sequences a case draws, however coarse the TV asked for.
+MIN_SEQUENCES = 5_000
+
+
+@dataclass(frozen=True)
+class SequenceCase:
+    """A toy LM pair, L new tokens, γ drafts per round: one "fixture" of the plan.
+
+    Whole sequences test what one verification round cannot: the hand-over between rounds,
+    the bonus token and drafting from the right context.
+    """
+
+    pair: str
+    new_tokens: int
+    gamma: int
+    kind = "sequence"
+    tv_floor = 0.0
+    slow = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.pair}-L{self.new_tokens}-g{self.gamma}"
+
+    label = name
+
+
+SEQUENCE_CASES: dict[str, SequenceCase] = {c.name: c for c in [
+    SequenceCase("bigram-v6-mid", 4, 1),  # rounds of 1-2 tokens: up to four hand-overs
+    SequenceCase("bigram-v6-far", 4, 2),  # α_k very uneven across positions (0.89, 0.27, 0.61)
+    SequenceCase("trigram-v4", 4, 3),  # two tokens of context cross round boundaries
+    SequenceCase("bigram-v5-sparse", 3, 2),  # zeros: drafts the target forbids, tokens the draft never proposes
+    SequenceCase("bigram-v6-close", 3, 4),  # a full round overshoots L: the tail is discarded
+]}
+
+
+@dataclass(frozen=True, eq=False)
+class SequenceRun:
+    """Generated sequences of one case beside their exact laws (or the error that stopped them)."""
+
+    case: SequenceCase
+    n: int
+    vocab_size: int
+    tokens: np.ndarray  # [n, L]
+    first_round_lengths: np.ndarray  # [n]
+    exact: np.ndarray  # [V**L] the target's sequence distribution
+    alphas: np.ndarray  # [γ] position-dependent acceptance of the first round
+    error: str | None = None
+
+
+def sequence_sample_size(case: SequenceCase, tv: float, false_fail_rate: float) -> int:
+    """Sequences to draw: what ``tv`` needs at ``false_fail_rate``, within [MIN, MAX]_SEQUENCES.
+
+    A function of the case and the rates alone, never of the clock, so one seed gives
+    one certificate on any machine.
+    """
+    from .statistics import min_num_samples_for_goodness_of_fit
+
+    pair = load_toy_lm(case.pair)
+    exact = sequence_distribution(pair.target, pair.prompt, case.new_tokens)
+    needed = min_num_samples_for_goodness_of_fit(tv, exact, false_fail_rate=false_fail_rate)
+    return int(max(MIN_SEQUENCES, min(needed, MAX_SEQUENCES)))
+
+
+def run_sequence_case(decoder, case: SequenceCase, n: int, seed: int, timeout: float | None = None) -> SequenceRun:
+    """Generate ``n`` sequences of ``case`` with ``decoder`` inside the speculative generator."""
+    from .deadline import DeadlineDecoder
+    from .generate import speculative_generate
+
+    pair = load_toy_lm(case.pair)
+    exact = sequence_distribution(pair.target, pair.prompt, case.new_tokens)
+    alphas = position_acceptance(first_round_length_distribution(pair.target, pair.draft, pair.prompt, case.gamma))
+    stream = np.random.SeedSequence([seed, *case.name.encode()])
+    try:
+        result = speculative_generate(pair.target, pair.draft, pair.prompt, DeadlineDecoder(decoder, timeout, case.name),
+                                      new_tokens=case.new_tokens, gamma=case.gamma, num_sequences=n,
+                                      rng=np.random.default_rng(stream))
+    except Exception as exc:  # a decoder's failure is a finding, not a crash
+        empty = np.empty((0, case.new_tokens), np.int64)
+        return SequenceRun(case, 0, pair.vocab_size, empty, np.empty(0, np.int64), exact, alphas,
+                           f"verify raised {type(exc).__name__}: {exc}")
+    return SequenceRun(case, n, pair.vocab_size, result.tokens, result.first_round_lengths, exact, alphas)

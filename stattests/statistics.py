@@ -82,6 +82,15 @@ def _validate_rates(false_fail_rate: float, false_pass_rate: float) -> None:
             raise InvalidDistributionError(f"{label} must lie in (0, 1), got {rate!r}")
 
 
+def itemwise_error_rate(total_rate: float, num_tests: int) -> float:
+    """The per-assertion false-fail rate that keeps ``num_tests`` assertions' family-wise
+    rate at ``total_rate`` whatever their dependence (Bonferroni, as TFP's
+    ``_itemwise_error_rate``)."""
+    if not 0.0 < total_rate < 1.0:
+        raise InvalidDistributionError(f"total_rate must lie in (0, 1), got {total_rate!r}")
+    return total_rate / max(int(num_tests), 1)
+
+
 def total_variation(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     """TV(p, q) = ½ Σ |p − q| along the last axis."""
     return 0.5 * np.abs(np.asarray(p) - np.asarray(q)).sum(axis=-1)
@@ -174,8 +183,10 @@ def _goodness_of_fit(counts, probs, false_fail_rate, false_pass_rate, min_expect
     obs = np.bincount(bins, weights=counts[possible], minlength=n_bins)
     exp = np.bincount(bins, weights=expected, minlength=n_bins)
     df = n_bins - 1
-    statistic = float(((obs - exp) ** 2 / exp).sum()) if df > 0 else 0.0
-    pvalue = float(stats.chi2.sf(statistic, df)) if df > 0 else 1.0
+    statistic, pvalue = 0.0, 1.0
+    if df > 0:
+        result = stats.chisquare(obs, exp)
+        statistic, pvalue = float(result.statistic), float(result.pvalue)
     if hits > 0:
         statistic, pvalue = math.inf, 0.0
     details = {"measured_tv": measured_tv, "bins": float(n_bins), "impossible_hits": hits,
@@ -408,11 +419,17 @@ def independence_test(
 ) -> TestResult:
     """Chi-square test that paired categorical draws ``x`` and ``y`` are independent.
 
-    Categories too rare for their expected cell counts are pooled per margin. A decoder
-    that shares random numbers between rows, or between positions, has correct
-    marginals and fails here. ``min_detectable_tv`` is the TV between the joint
-    distribution and the product of its margins that the test detects.
+    Rare categories are pooled per margin so that every cell of the table is expected at
+    least ``min_expected`` times: a kept category (or the pooled rest) must be seen
+    √(min_expected · n) times on its margin, so the smallest product of margins over n
+    is ``min_expected``. (Pooling by the common margins instead leaves cells expected
+    well under once, and the chi-square tail then fails far more often than declared.)
+    The table goes to ``scipy.stats.chi2_contingency``. A decoder that shares random
+    numbers between rows, or between positions, has correct marginals and fails here.
+    ``min_detectable_tv`` is the TV between the pooled joint distribution and the product
+    of its margins that the test detects.
     """
+    _validate_rates(false_fail_rate, false_pass_rate)
     x = np.asarray(x, dtype=np.int64)
     y = np.asarray(y, dtype=np.int64)
     if x.shape != y.shape:
@@ -420,23 +437,45 @@ def independence_test(
     n = x.size
     if n == 0:
         return TestResult("independence", 0.0, 1.0, 0, false_fail_rate, math.inf, 0)
+    table = contingency_table(x, y, min_expected)
+    df = (table.shape[0] - 1) * (table.shape[1] - 1)
+    details = {"rows": float(table.shape[0]), "columns": float(table.shape[1])}
+    if df == 0:
+        return TestResult("independence", 0.0, 1.0, n, false_fail_rate, math.inf, 0, details)
+    result = stats.chi2_contingency(table, correction=False)
+    return TestResult("independence", float(result.statistic), float(result.pvalue), n, false_fail_rate,
+                      _chi2_min_tv(n, df, false_fail_rate, false_pass_rate), df, details)
+
+
+def contingency_table(x: np.ndarray, y: np.ndarray, min_expected: float = MIN_EXPECTED) -> np.ndarray:
+    """The pooled table of :func:`independence_test`: every cell expected ≥ ``min_expected``."""
+    n = x.size
     _, xi = np.unique(x, return_inverse=True)
     _, yi = np.unique(y, return_inverse=True)
-    mx = np.bincount(xi)
-    my = np.bincount(yi)
-    # a category must be common enough that its cells against the rarest kept column are testable
-    bx = _pool(mx * (my.max() / n), min_expected)[xi]
-    by = _pool(my * (mx.max() / n), min_expected)[yi]
+    bx = margin_bins(np.bincount(xi), n, min_expected)[xi]
+    by = margin_bins(np.bincount(yi), n, min_expected)[yi]
     table = np.zeros((bx.max() + 1, by.max() + 1))
     np.add.at(table, (bx, by), 1.0)
-    table = table[table.sum(axis=1) > 0][:, table.sum(axis=0) > 0]
-    df = (table.shape[0] - 1) * (table.shape[1] - 1)
-    if df == 0:
-        return TestResult("independence", 0.0, 1.0, n, false_fail_rate, math.inf, 0)
-    expected = np.outer(table.sum(axis=1), table.sum(axis=0)) / n
-    statistic = float(((table - expected) ** 2 / expected).sum())
-    return TestResult("independence", statistic, float(stats.chi2.sf(statistic, df)), n, false_fail_rate,
-                      _chi2_min_tv(n, df, false_fail_rate, false_pass_rate), df)
+    return table[table.sum(axis=1) > 0][:, table.sum(axis=0) > 0]
+
+
+def margin_bins(counts: np.ndarray, n: int, min_expected: float = MIN_EXPECTED) -> np.ndarray:
+    """Category → bin map of one margin of an n-pair table: each bin seen ≥ √(min_expected · n)
+    times, so every cell's expected count (product of margins over n) is ≥ ``min_expected``."""
+    return _pool(np.asarray(counts, dtype=np.float64), math.sqrt(min_expected * n))
+
+
+def combine_bonferroni(results: list[TestResult], test: str, false_fail_rate: float) -> TestResult:
+    """One assertion from several sub-tests each run at ``false_fail_rate / len(results)``:
+    the Bonferroni-adjusted smallest p-value, the worst detectable TV."""
+    if not results:
+        return TestResult(test, 0.0, 1.0, 0, false_fail_rate, math.inf)
+    worst = min(results, key=lambda r: r.pvalue)
+    pvalue = min(1.0, len(results) * worst.pvalue)
+    tested = [r for r in results if r.n > 0]
+    detectable = max((r.min_detectable_tv for r in tested), default=math.inf)
+    return TestResult(test, worst.statistic, pvalue, max((r.n for r in results), default=0), false_fail_rate,
+                      detectable, worst.df, {"subtests": float(len(results)), **dict(worst.details)})
 
 
 # ---------------------------------------------------------------- second level

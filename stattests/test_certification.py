@@ -2,18 +2,20 @@
 
 Each test item is one (check, fixture, position); its id reads like
 ``test_exactness[numpy-exactness-seed-six-token-pos0]``. What each check means is in
-``specgauge.stattests.checks.CHECKS``.
+``specgauge.stattests.checks.CHECKS``. The items are the certification plan
+(``specgauge.stattests.certify.plan``), whole-sequence cases included, so ``specgauge
+certify`` writes the same certificate.
 """
 
 import pytest
 
+from specgauge.stattests.certify import ALL_FIXTURES
 from specgauge.stattests.checks import CHECKS
-from specgauge.fixtures.pairs import FIXTURES
 
 
 def _assert(specgauge_certification, specgauge_assertion) -> None:
     check_name, fixture_name, position = specgauge_assertion
-    check, fixture = CHECKS[check_name], FIXTURES[fixture_name]
+    check, fixture = CHECKS[check_name], ALL_FIXTURES[fixture_name]
     result = specgauge_certification.assertion(check, fixture, position)
     if result.n == 0 and result.passed:
         pytest.skip(f"{check_name} on {fixture_name}: no samples, the position it tests is never reached")
@@ -24,7 +26,7 @@ def _assert(specgauge_certification, specgauge_assertion) -> None:
 
 
 def test_exactness(specgauge_certification, specgauge_assertion):
-    """Contract, exactness, PIT, independence and greedy checks."""
+    """Contract, exactness, PIT, independence, greedy and whole-sequence checks."""
     _assert(specgauge_certification, specgauge_assertion)
 
 

@@ -44,7 +44,7 @@ def reference_runs():
     """p-values and verdicts of the reference's exactness assertions, 200 seeds × γ+1 positions."""
     pvalues, verdicts = [], []
     for seed in SEEDS:
-        cert = certify(NumpyDecoder(), CertConfig(tv=COARSE_TV, false_fail=RELAXED, seed=seed),
+        cert = certify(NumpyDecoder(), CertConfig(tv=COARSE_TV, false_fail=RELAXED, seed=seed, assertions=1),
                        checks=["exactness"], fixtures=[FIXTURE])
         pvalues.extend(cert.frame["pvalue"].astype(float))
         verdicts.extend(cert.frame["verdict"])

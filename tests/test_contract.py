@@ -184,3 +184,57 @@ def test_same_seed_same_output_and_inputs_untouched():
     assert np.array_equal(a, b) and not np.array_equal(a, c)
     for original, now in zip(before, (target, draft, tokens)):
         assert np.array_equal(original, now)
+
+
+# ---------------------------------------------------------------- certification runs
+
+
+def test_same_seed_gives_a_byte_identical_certificate(tmp_path):
+    """Sample sizes come from the TV and the fixture, never from the clock."""
+    from specgauge.stattests.certify import CertConfig, certify
+
+    fixtures = ["seed-six-token", "batch3-g7", "bigram-v6-mid-L4-g1"]
+    paths = []
+    for i in range(2):
+        cert = certify(NumpyDecoder(), CertConfig(tv=0.05, seed=3), fixtures=fixtures)
+        paths.append(tmp_path / f"cert{i}.csv")
+        cert.to_csv(paths[-1])
+    assert paths[0].read_bytes() == paths[1].read_bytes()
+    other = certify(NumpyDecoder(), CertConfig(tv=0.05, seed=4), fixtures=fixtures)
+    assert not other.frame["pvalue"].equals(cert.frame["pvalue"])
+
+
+class _HangsOnThirdCall:
+    """Answers twice (the reproducibility check), then never returns."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def verify(self, target_probs, draft_probs, draft_tokens, rng):
+        import threading
+
+        self.calls += 1
+        if self.calls >= 3:
+            threading.Event().wait()
+        return NumpyDecoder().verify(target_probs, draft_probs, draft_tokens, rng)
+
+
+def test_a_decoder_that_never_returns_fails_the_contract_naming_the_call():
+    from specgauge.stattests.certify import CertConfig, certify
+
+    cert = certify(_HangsOnThirdCall(), CertConfig(tv=0.05, timeout=0.5), fixtures=["seed-six-token"])
+    f = cert.frame
+    contract = f[f["check"] == "contract"].iloc[0]
+    assert contract["verdict"] == "fail"
+    assert "verify call 1 (" in contract["message"] and "--timeout 0.5 s" in contract["message"]
+    assert (f["verdict"] == "fail").all()
+
+
+def test_certify_and_pytest_share_one_plan_with_the_sequences():
+    """`specgauge certify` and `pytest stattests` both run certify.plan(): sequences included."""
+    from specgauge.stattests.certify import plan, plan_size
+
+    checks = {c.name for c, _, _ in plan()}
+    assert {"sequence-exactness", "sequence-tokens-per-pass", "independence-rows"} <= checks
+    assert plan_size() == sum(1 for _ in plan())
+    assert plan_size(slow=True) > plan_size()
