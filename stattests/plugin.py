@@ -14,6 +14,12 @@ from __future__ import annotations
 import os
 
 GROUP = "specgauge certification"
+try:  # pytest is there whenever the plugin is loaded; the guard keeps plain imports working
+    import pytest as _pytest
+
+    TREE_SESSIONS = _pytest.StashKey[dict]()
+except ImportError:  # pragma: no cover
+    TREE_SESSIONS = None
 DECODER_ENV = "SPECGAUGE_DECODER"
 SERVER_ENV = "SPECGAUGE_SERVER_URL"
 BASELINE_ENV = "SPECGAUGE_BASELINE_URL"
@@ -59,6 +65,30 @@ def pytest_addoption(parser) -> None:
                     help=f"OpenAI-compatible server to certify (speculation on); default ${SERVER_ENV}")
     group.addoption("--specgauge-baseline-url", default=None, metavar="URL",
                     help=f"the same model served with speculation off, for the two-sample test; default ${BASELINE_ENV}")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    """The tree certificates of ``stattests/test_trees.py``, when it ran (it keeps its
+    sessions in ``config.stash[TREE_SESSIONS]``); with --specgauge-certificate PATH each is
+    also written beside PATH as PATH-stem.tree-NAME.csv."""
+    sessions = config.stash.get(TREE_SESSIONS, None)
+    if not sessions:
+        return
+    from specgauge.stattests.tree_checks import tree_summary
+
+    path = config.getoption("specgauge_certificate")
+    for name, session in sessions.items():
+        if not getattr(session, "rows", None):
+            continue
+        cert = session.certificate()
+        terminalreporter.section(f"specgauge tree certificate: {name}")
+        terminalreporter.write_line(f"samples sized to detect TV {session.config.tv:g} at the root")
+        terminalreporter.write_line(tree_summary(cert))
+        if path:
+            stem, _, _ = os.fspath(path).rpartition(".")
+            out = f"{stem or path}.tree-{name.replace(':', '_')}.csv"
+            cert.to_csv(out)
+            terminalreporter.write_line(f"tree certificate written to {out}")
 
 
 def decoder_spec(config) -> str | None:

@@ -23,9 +23,8 @@ from specgauge.stattests.statistics import goodness_of_fit, min_num_samples_for_
 from specgauge.stattests.tree_checks import (DEFAULT_TREE_TV, TREE_CHECKS, TreeCertConfig,
                                              TreeCertificationSession, tree_plan)
 from specgauge.stattests.tree_contract import DEFAULT_TREE_DECODERS, load_tree_decoder
+from specgauge.stattests.plugin import TREE_SESSIONS
 from specgauge.stattests.tree_generate import speculative_tree_generate
-
-_SESSIONS: dict[str, object] = {}
 
 
 def _specs(config: pytest.Config) -> list[str]:
@@ -58,18 +57,23 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def _session(spec: str, config: pytest.Config) -> TreeCertificationSession:
-    if spec not in _SESSIONS:
+    """The session certifying ``spec``, created on first use and kept in the config's stash
+    (the plugin prints each certificate at the end of the run)."""
+    if TREE_SESSIONS not in config.stash:
+        config.stash[TREE_SESSIONS] = {}
+    sessions = config.stash[TREE_SESSIONS]
+    if spec not in sessions:
         try:
             decoder = load_tree_decoder(spec)
         except DecoderLoadError as exc:
-            _SESSIONS[spec] = exc
+            sessions[spec] = exc
         else:
             tv = config.getoption("specgauge_tv", None) or max(DEFAULT_TREE_TV,
                                                               float(getattr(decoder, "certification_tv", 0.0)))
             cert = TreeCertConfig(tv=tv, false_fail=config.getoption("specgauge_false_fail", 1e-6),
                                   seed=config.getoption("specgauge_seed", 0))
-            _SESSIONS[spec] = TreeCertificationSession(decoder, spec, cert)
-    session = _SESSIONS[spec]
+            sessions[spec] = TreeCertificationSession(decoder, spec, cert)
+    session = sessions[spec]
     if isinstance(session, DecoderLoadError):
         pytest.skip(str(session))
     return session  # type: ignore[return-value]

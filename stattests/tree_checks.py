@@ -170,6 +170,25 @@ def greedy(run: TreeRun, rates: Rates) -> dict[int | None, TestResult]:
                              rates.false_fail, 0.0, None, details)}
 
 
+def optimal_bound(run: TreeRun, rates: Rates) -> dict[int | None, TestResult]:
+    """No exact verifier accepts more of the root's drafts than the LP optimum of Hu et al.
+    (2025): a one-sided binomial test. The message gives the share of the optimum reached."""
+    from .tree_optimal import measured_share_of_optimal
+
+    share = measured_share_of_optimal(run)
+    hits = int(round(share["measured"] * run.n))
+    pvalue = float(stats.binom.sf(hits - 1, run.n, min(share["optimal"], 1.0))) if run.n else 1.0
+    message = (f"first-level acceptance {share['measured']:.4f} = {100 * share['share']:.1f}% "
+               f"of the optimal {max(share['optimal'], 0.0):.4f}")
+    return {None: TestResult("optimal_bound", float(hits), pvalue, run.n, rates.false_fail, math.nan, None,
+                             {"message": message, "share": share["share"]})}
+
+
+def _bounded(f: TreeFixture) -> bool:
+    """The LP stays small: one kind of row, at most 3 siblings at the root."""
+    return not f.greedy and f.kinds == 1 and int((f.parents < 0).sum()) <= 3
+
+
 def _single(_: TreeFixture) -> list[int | None]:
     return [None]
 
@@ -196,6 +215,8 @@ TREE_CHECKS: dict[str, TreeCheck] = {c.name: c for c in [
               "rows of a batch do not share random numbers"),
     TreeCheck("greedy", "exactness", greedy, lambda f: f.greedy, _single,
               "with one-hot p the output is exactly the argmax path"),
+    TreeCheck("optimal-bound", "exactness", optimal_bound, _bounded, _single,
+              "the root's drafts are not accepted more often than the LP optimum allows any exact verifier"),
     TreeCheck("sibling-rounds", "optimality", sibling_rounds, _sampled, _single,
               "the root's child taken follows the scheme's rule: independent rounds, residual updated"),
     TreeCheck("accepted-length", "optimality", accepted_length, _sampled, _single,
@@ -261,7 +282,7 @@ class TreeCertificationSession:
 
 
 def _row(name: str, check: TreeCheck, fixture: TreeFixture, position: int | None, r: TestResult) -> dict:
-    message = str(r.details.get("error", "")) if r.details else ""
+    message = str(r.details.get("error", "") or r.details.get("message", "")) if r.details else ""
     if not message and r.details and "observed_mean" in r.details:
         message = f"observed {r.details['observed_mean']:.4f}, expected {r.details['expected_mean']:.4f}"
     if not message and r.details and "measured_tv" in r.details:
@@ -270,6 +291,20 @@ def _row(name: str, check: TreeCheck, fixture: TreeFixture, position: int | None
             "position": "" if position is None else f"pos{position}", "n": r.n, "statistic": r.statistic,
             "pvalue": r.pvalue, "false_fail_rate": r.false_fail_rate, "min_detectable_tv": r.min_detectable_tv,
             "verdict": verdict(r), "message": message}
+
+
+def tree_summary(cert: Certificate) -> str:
+    """The certificate's summary, with the share of the optimal first-level acceptance:
+    "exact, at 89 % of the optimal acceptance"."""
+    f = cert.frame
+    lines = [cert.summary()]
+    bound = f[(f["check"] == "optimal-bound") & (f["verdict"] != "fail")]
+    shares = bound["message"].str.extract(r"= ([0-9.]+)% of the optimal")[0].astype(float)
+    if cert.verdicts["exact"] and not shares.empty and shares.notna().any():
+        per = ", ".join(f"{fx} {v:.0f}%" for fx, v in zip(bound["fixture"], shares))
+        lines.append(f"  exact, at {shares.min():.0f}-{shares.max():.0f}% of the optimal first-level acceptance "
+                     f"(Hu et al. 2025 LP bound; {per})")
+    return "\n".join(lines)
 
 
 def tree_plan(fixtures=None, checks=None):
