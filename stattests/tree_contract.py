@@ -56,6 +56,7 @@ BUILTIN_TREE_DECODERS: dict[str, str] = {
     "eagle-t0.5": "specgauge.stattests.decoders.eagle:EagleTemperatureDecoder",
     "sglang-tree": "specgauge.stattests.decoders.sglang_tree:SGLangTreeDecoder",
     "sglang-tree-relaxed": "specgauge.stattests.decoders.sglang_tree:SGLangTreeRelaxedDecoder",
+    "sglang-tree-greedy": "specgauge.stattests.decoders.sglang_tree:SGLangGreedyTreeDecoder",
 }
 
 #: The references the tree suite certifies when no ``--specgauge-tree-decoder`` is given.

@@ -75,3 +75,16 @@ def test_adapter_plumbing_is_exact_at_thresholds_one():
 def test_relaxed_thresholds_are_reported_lossy():
     cert = certify_tree(_cpu_adapter(0.5), TreeCertConfig(tv=0.1), fixtures=["narrow"])
     assert not cert.verdicts["exact"], cert.summary()
+
+
+def test_sglang_triton_greedy_tree_kernel_is_exact_on_greedy_trees():
+    """SGLang 0.5.23's own Triton greedy tree verifier, under the interpreter on a CPU."""
+    from specgauge.stattests.decoders.sglang_tree import SGLangGreedyTreeDecoder
+
+    try:
+        decoder = SGLangGreedyTreeDecoder()
+    except ImportError as exc:
+        pytest.skip(str(exc))
+    cert = certify_tree(decoder, TreeCertConfig(tv=0.2), fixtures=["greedy"])
+    assert cert.verdicts["exact"], cert.summary()
+    assert int(cert.frame["n"].max()) >= 500
