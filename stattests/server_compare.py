@@ -19,7 +19,7 @@ which mode ran, what each assertion could detect and how many samples a target T
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -46,7 +46,6 @@ class ServerCertificate:
     target_tv: float
     unit: str                      # what a token was: "ids", "tokens" or "words"
     notes: tuple[str, ...] = ()
-    info: dict[str, Any] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -232,7 +231,8 @@ def one_sample_reference(run: ProbeRun, law: Callable[[ProbeRun], tuple[np.ndarr
         results.append(TestResult(f"prompt_{int(p)}_first_token", res.statistic, res.pvalue, res.n, res.false_fail_rate,
                                   res.min_detectable_tv, res.df, res.details))
         needed.append(min_num_samples_for_goodness_of_fit(target_tv, law0, false_fail_rate=rate))
-    return ServerCertificate("reference", tuple(results), tuple(needed), target_tv, "ids")
+    unit = "ids" if unit_kind(run) == "ids" else "ids of the re-tokenised text"
+    return ServerCertificate("reference", tuple(results), tuple(needed), target_tv, unit)
 
 
 def run_mode(mode: str, **kwargs) -> ServerCertificate:

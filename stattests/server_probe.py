@@ -99,10 +99,6 @@ class ProbeRun:
     header: dict[str, Any]
     records: list[dict[str, Any]]
 
-    @property
-    def token_kind(self) -> str:
-        return "ids" if self.records and all("token_ids" in r for r in self.records) else "text"
-
 
 # ---------------------------------------------------------------- prompts
 

@@ -88,8 +88,9 @@ def homogeneity(
 
     ``group``, ``category``: integer labels per observation; ``arm``: 0 or 1. Groups seen in
     one arm only carry no evidence and are left out. ``details`` carries the measured TV
-    (sample-weighted mean over groups of the empirical TV: biased upward by noise at small
-    counts), the number of groups tested and the effective sample ``n_eff``.
+    (sample-weighted mean over groups of the empirical TV over the tested bins, still biased
+    upward by noise, by about √(bins / n)), the number of groups tested and the effective
+    sample ``n_eff``.
     """
     group = np.asarray(group, dtype=np.int64).ravel()
     category = np.asarray(category, dtype=np.int64).ravel()
@@ -148,8 +149,9 @@ def _homogeneity(group, category, arm, false_fail_rate, false_pass_rate, min_exp
     statistic = float(terms[tested[bin_group]].sum())
     pvalue = float(stats.chi2.sf(statistic, df)) if df > 0 else 1.0
     n_eff = float((na * nb / np.where(total > 0, total, 1))[tested].sum())
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tv_group = 0.5 * np.bincount(g, weights=np.abs(a / na[g] - b / nb[g]), minlength=n_groups)
+    with np.errstate(invalid="ignore", divide="ignore"):  # on the tested bins: pooling tames the small-count bias
+        tv_group = 0.5 * np.bincount(bin_group, weights=np.abs(ab / na[bin_group] - bb / nb[bin_group]),
+                                     minlength=n_groups)
     weight = total * tested
     measured = float((tv_group * weight).sum() / weight.sum()) if weight.sum() > 0 else 0.0
     details = {"measured_tv": measured, "groups": float(tested.sum()), "n_eff": n_eff,

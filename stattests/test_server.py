@@ -42,9 +42,11 @@ def specgauge_server_runs(request, tmp_path_factory):
 
 
 def _report(request, cert) -> None:
+    """Print the verdict; write the certificate to --specgauge-certificate, suffixed by the mode."""
     path = request.config.getoption("specgauge_certificate")
     if path:
-        cert.frame().to_csv(path, index=False)
+        stem, dot, ext = path.rpartition(".")
+        cert.frame().to_csv(f"{stem}_{cert.mode}.{ext}" if dot else f"{path}_{cert.mode}", index=False)
     print(cert.verdict())
 
 

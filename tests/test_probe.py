@@ -18,7 +18,8 @@ from specgauge.errors import ConfigError  # noqa: E402
 from specgauge.fixtures.fake_openai import FakeOpenAI  # noqa: E402
 from specgauge.fixtures.serve import free_port  # noqa: E402
 from specgauge.reports import cli  # noqa: E402
-from specgauge.stattests.server_compare import one_sample_logprobs, one_sample_reference, two_sample  # noqa: E402
+from specgauge.stattests.server_compare import (one_sample_logprobs, one_sample_reference, two_sample,  # noqa: E402
+                                                unit_kind)
 from specgauge.stattests.server_probe import (ClientConfig, ProbeConfig, ServerError,  # noqa: E402
                                               TemperatureIgnoredError, probe, read_probe)
 
@@ -42,7 +43,7 @@ def test_probe_records_header_ids_and_every_sample_once(tmp_path):
     assert run.header["params"]["temperature"] == 1.0 and run.header["models"]["data"][0]["id"] == "fake-markov"
     keys = sorted((r["p"], r["s"]) for r in run.records)
     assert keys == [(p, s) for p in range(len(PROMPTS)) for s in range(50)]
-    assert run.token_kind == "ids" and all(len(r["token_ids"]) == 3 for r in run.records)
+    assert unit_kind(run) == "ids" and all(len(r["token_ids"]) == 3 for r in run.records)
 
 
 def test_probe_falls_back_to_one_sample_a_request(tmp_path):
