@@ -69,8 +69,10 @@ class ServerCertificate:
                 "reference": "one sample against a local reference model"}[self.mode]
         total = sum(r.false_fail_rate for r in self.results)
         if failed:
+            tv = head.details.get("measured_tv", math.nan)
+            size = f"measured TV {tv:.3g}" if math.isfinite(tv) else f"KS distance {head.statistic:.3g}"
             return (f"FAIL ({self.mode}: {what}): {', '.join(failed)} rejected exactness at false-fail "
-                    f"{total:.1g} (measured TV {head.details.get('measured_tv', math.nan):.3g})")
+                    f"{total:.1g} ({head.test}: {size}, p-value {head.pvalue:.3g})")
         return (f"PASS ({self.mode}: {what}): no discrepancy found at false-fail {total:.1g}; "
                 f"{head.test} could detect TV >= {head.min_detectable_tv:.3g} with power "
                 f"{1 - DEFAULT_FALSE_PASS:g} (n {head.n}, tokens as {self.unit})")

@@ -158,3 +158,10 @@ def test_compare_cli_writes_certificate(tmp_path, capsys):
     assert status == 0 and "PASS (two-sample" in out
     meta = json.loads(csv.with_name("cert.meta.json").read_text())
     assert meta["mode"] == "two-sample" and csv.read_text().startswith("mode,test,passed")
+
+
+def test_rate_limit_spaces_the_requests(tmp_path):
+    app = FakeOpenAI(honour_n=False)
+    summary = _probe(tmp_path / "run.jsonl", app, samples=5, client_config=ClientConfig(concurrency=4, max_rps=100))
+    assert app.requests == 21
+    assert summary.seconds >= 20 / 100  # 21 requests started at most 100 a second: 20 gaps of 10 ms
