@@ -66,8 +66,10 @@ def sequential_select(p: NodeRows, q: NodeRows, siblings: np.ndarray, u: np.ndar
     """
     n, width = siblings.shape
     vocab = p.shape[1]
-    ones = np.ones(vocab)
     choice = np.full(n, -1)
+    if not (siblings[:, 0] >= 0).any():  # leaves: nothing to verify, the bonus follows p
+        return choice, p.take(np.arange(n))
+    ones = np.ones(vocab)
     idx = np.arange(n)  # rows still undecided
     residual = draft = None  # read lazily: the first sibling needs one entry of p and q
     mass = np.ones(n)
@@ -75,6 +77,8 @@ def sequential_select(p: NodeRows, q: NodeRows, siblings: np.ndarray, u: np.ndar
     for j in range(width):  # siblings; the undecided rows vectorised
         x = siblings[idx, j] if j else siblings[:, 0]
         present = x >= 0
+        if residual is not None and not present.any():
+            continue  # no undecided row has a j-th sibling: nothing to accept or update
         token = np.maximum(x, 0)
         if residual is None:
             r_c = p.at(idx, token)
@@ -97,7 +101,7 @@ def sequential_select(p: NodeRows, q: NodeRows, siblings: np.ndarray, u: np.ndar
         if residual is None:
             residual = p.take(idx)
             mass = residual @ ones
-            if rule != "topk":
+            if rule != "topk" and present.any():
                 draft = q.take(idx)
                 if draft_mass is not None:
                     draft_mass = draft @ ones
