@@ -4,9 +4,9 @@ Each test item is one (decoder, check, fixture, position); ids read like
 ``test_tree[specinfer-exactness-narrow-pos1]``. Without the option the three NumPy
 references are certified. What each check means is in
 ``specgauge.stattests.tree_checks.TREE_CHECKS``; sample sizes are set by
-``--specgauge-tv`` (default 0.03 at the root position for trees) at the false-fail rate
-``--specgauge-false-fail`` per assertion. The fixtures live here, not in the chain
-suite's conftest.
+``--specgauge-tv`` (default 0.03 at the root position for trees); ``--specgauge-false-fail``
+is family-wise over one decoder's tree assertions (each gets its Bonferroni share). The
+fixtures live here, not in the chain suite's conftest.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from specgauge.fixtures.trees import TREE_FIXTURES
 from specgauge.laws import full_tree_parents
 from specgauge.stattests.sequences import sequence_counts, sequence_distribution
 from specgauge.stattests.statistics import goodness_of_fit, min_num_samples_for_goodness_of_fit
+from specgauge.stattests.certify import DEFAULT_FALSE_FAIL
 from specgauge.stattests.tree_checks import (DEFAULT_TREE_TV, TREE_CHECKS, TreeCertConfig,
-                                             TreeCertificationSession, tree_plan)
+                                             TreeCertificationSession, tree_plan, tree_plan_size)
 from specgauge.stattests.tree_contract import DEFAULT_TREE_DECODERS, load_tree_decoder
 from specgauge.stattests.plugin import TREE_SESSIONS
 from specgauge.stattests.tree_generate import speculative_tree_generate
@@ -70,8 +71,9 @@ def _session(spec: str, config: pytest.Config) -> TreeCertificationSession:
         else:
             tv = config.getoption("specgauge_tv", None) or max(DEFAULT_TREE_TV,
                                                               float(getattr(decoder, "certification_tv", 0.0)))
-            cert = TreeCertConfig(tv=tv, false_fail=config.getoption("specgauge_false_fail", 1e-6),
-                                  seed=config.getoption("specgauge_seed", 0))
+            cert = TreeCertConfig(tv=tv, false_fail=config.getoption("specgauge_false_fail", DEFAULT_FALSE_FAIL),
+                                  seed=config.getoption("specgauge_seed", 0),
+                                  assertions=tree_plan_size() + len(GENERATION_CASES))
             sessions[spec] = TreeCertificationSession(decoder, spec, cert)
     session = sessions[spec]
     if isinstance(session, DecoderLoadError):
@@ -105,9 +107,10 @@ def test_tree_generation_joint_law(specgauge_tree_generation, request):
     pair = load_toy_lm(pair_name)
     exact = sequence_distribution(pair.target, pair.prompt, new_tokens)
     cfg = session.config
-    n = min(MAX_SEQUENCES, min_num_samples_for_goodness_of_fit(cfg.tv, exact, false_fail_rate=cfg.false_fail))
+    rate = cfg.per_assertion
+    n = min(MAX_SEQUENCES, min_num_samples_for_goodness_of_fit(cfg.tv, exact, false_fail_rate=rate))
     result = speculative_tree_generate(pair.target, pair.draft, pair.prompt, session.decoder, parents=parents,
                                        new_tokens=new_tokens, num_sequences=n,
                                        rng=np.random.default_rng([cfg.seed, list(GENERATION_CASES).index(case)]))
-    outcome = goodness_of_fit(sequence_counts(result.tokens, pair.vocab_size), exact, false_fail_rate=cfg.false_fail)
+    outcome = goodness_of_fit(sequence_counts(result.tokens, pair.vocab_size), exact, false_fail_rate=rate)
     assert outcome.passed, f"joint law of the first {new_tokens} tokens\n{outcome.describe()}"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -25,10 +25,10 @@ from scipy import stats
 
 from specgauge.fixtures.trees import TREE_FIXTURES, TreeFixture
 
-from .certify import COLUMNS, Certificate, verdict
+from .certify import COLUMNS, DEFAULT_FALSE_FAIL, Certificate, verdict
 from .checks import Rates, failure
 from .contract import PAD
-from .statistics import (TestResult, goodness_of_fit, independence_test, ks_uniformity,
+from .statistics import (TestResult, goodness_of_fit, independence_test, itemwise_error_rate, ks_uniformity,
                          min_num_samples_for_ks_uniformity, pit_values)
 from .tree_contract import TreeDecoder
 from .tree_harness import TreeRun, TreeRunConfig, run_tree_fixture
@@ -232,20 +232,28 @@ DEFAULT_TREE_TV = 0.03
 @dataclass(frozen=True)
 class TreeCertConfig:
     """What a tree certificate must detect at the root position; deeper positions report
-    the TV their share of the rows reaches."""
+    the TV their share of the rows reaches.
+
+    ``false_fail`` is family-wise, as for chains: each of ``assertions`` assertions (0: the
+    whole tree plan) runs at its Bonferroni share."""
 
     tv: float = DEFAULT_TREE_TV
-    false_fail: float = 1e-6
+    false_fail: float = DEFAULT_FALSE_FAIL
     false_pass: float = 1e-3
     seed: int = 0
     max_rows: int = 400_000
+    assertions: int = 0
+
+    @property
+    def per_assertion(self) -> float:
+        return itemwise_error_rate(self.false_fail, self.assertions or tree_plan_size())
 
     @property
     def rates(self) -> Rates:
-        return Rates(self.false_fail, self.false_pass)
+        return Rates(self.per_assertion, self.false_pass)
 
     def rows(self, fixture: TreeFixture) -> int:
-        needed = min_num_samples_for_ks_uniformity(max(self.tv, fixture.tv_floor), false_fail_rate=self.false_fail,
+        needed = min_num_samples_for_ks_uniformity(max(self.tv, fixture.tv_floor), false_fail_rate=self.per_assertion,
                                                    false_pass_rate=self.false_pass)
         return min(needed, self.max_rows)
 
@@ -307,6 +315,11 @@ def tree_summary(cert: Certificate) -> str:
     return "\n".join(lines)
 
 
+def tree_plan_size(fixtures=None, checks=None) -> int:
+    """Assertions in the tree plan: what the family-wise rate is split over."""
+    return sum(1 for _ in tree_plan(fixtures, checks))
+
+
 def tree_plan(fixtures=None, checks=None):
     """Every (check, fixture, position) tree assertion, in a stable order."""
     for fixture in (TREE_FIXTURES[n] for n in (fixtures or TREE_FIXTURES)):
@@ -319,8 +332,10 @@ def tree_plan(fixtures=None, checks=None):
 def certify_tree(decoder: TreeDecoder, config: TreeCertConfig | None = None, fixtures=None, checks=None,
                  name: str | None = None) -> Certificate:
     """Certify a tree decoder on the tree fixtures (all, or those named)."""
-    session = TreeCertificationSession(decoder, name or getattr(decoder, "name", type(decoder).__name__),
-                                       config or TreeCertConfig())
+    config = config or TreeCertConfig()
+    if not config.assertions:
+        config = replace(config, assertions=tree_plan_size(fixtures, checks))
+    session = TreeCertificationSession(decoder, name or getattr(decoder, "name", type(decoder).__name__), config)
     for check, fixture, position in tree_plan(fixtures, checks):
         session.assertion(check, fixture, position)
     return session.certificate()
