@@ -25,7 +25,7 @@ from scipy import stats
 
 from specgauge.fixtures.trees import TREE_FIXTURES, TreeFixture
 
-from .certify import COLUMNS, DEFAULT_FALSE_FAIL, Certificate, verdict
+from .certify import COLUMNS, DEFAULT_FALSE_FAIL, Certificate, record
 from .checks import Rates, failure
 from .contract import PAD
 from .statistics import (TestResult, goodness_of_fit, independence_test, itemwise_error_rate, ks_uniformity,
@@ -282,23 +282,13 @@ class TreeCertificationSession:
             self._results[key] = ({p: failure(check.name, run, self.config.rates, run.error)  # type: ignore[arg-type]
                                    for p in check.positions(fixture)} if run.error else check.run(run, self.config.rates))
         result = self._results[key][position]
-        self.rows.append(_row(self.name, check, fixture, position, result))
+        record(self, result, check.name, fixture.name, position, check.family)  # the chain suite's row format
+        if not self.rows[-1]["message"] and result.details and "message" in result.details:
+            self.rows[-1]["message"] = str(result.details["message"])
         return result
 
     def certificate(self) -> Certificate:
         return Certificate(pd.DataFrame(self.rows, columns=COLUMNS))
-
-
-def _row(name: str, check: TreeCheck, fixture: TreeFixture, position: int | None, r: TestResult) -> dict:
-    message = str(r.details.get("error", "") or r.details.get("message", "")) if r.details else ""
-    if not message and r.details and "observed_mean" in r.details:
-        message = f"observed {r.details['observed_mean']:.4f}, expected {r.details['expected_mean']:.4f}"
-    if not message and r.details and "measured_tv" in r.details:
-        message = f"measured TV {r.details['measured_tv']:.4g}"
-    return {"decoder": name, "check": check.name, "family": check.family, "fixture": fixture.name,
-            "position": "" if position is None else f"pos{position}", "n": r.n, "statistic": r.statistic,
-            "pvalue": r.pvalue, "false_fail_rate": r.false_fail_rate, "min_detectable_tv": r.min_detectable_tv,
-            "verdict": verdict(r), "message": message}
 
 
 def tree_summary(cert: Certificate) -> str:
