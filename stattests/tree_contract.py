@@ -18,7 +18,9 @@ give it)::
 
 A tree decoder also names its drafting ``scheme``, which the harness uses to draft: ``iid``
 (SpecInfer: siblings i.i.d. from q), ``without-replacement`` (EAGLE-1, RSD) or ``topk``
-(EAGLE-2/3, SGLang: the siblings are q's top-k, deterministically). A chain is the tree
+(EAGLE-2/3, SGLang: the siblings are q's top-k, deterministically). Optional attributes:
+``certification_tv`` (the coarser TV a slow decoder is certified at by default) and
+``greedy_only`` (a greedy verifier, certified on greedy trees only). A chain is the tree
 with ``parents = [-1, 0, 1, …]``: then the arrays are the chain contract's.
 """
 

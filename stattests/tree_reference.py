@@ -1,10 +1,12 @@
 """NumPy reference tree verifiers, vectorised over rows: a loop over depth levels only.
 
 At each level every live row sits at one node of the (static) tree; its children are
-verified together by the sibling rule of :func:`specgauge.laws.recursive_rejection` with
-one uniform per round, the first accepted child becomes the next node, and a row with no
-accepted child emits its correction from the residual and stops. A leaf's "children" are
-all absent, so the residual is p there: the bonus token.
+verified together with one uniform per round by the sibling rule that
+:func:`specgauge.laws.recursive_rejection` specifies, written again here for speed
+(:func:`sequential_select`; the law's own code is what the accepted-length checks compare
+against, so the two are checked against each other). The first accepted child becomes the
+next node, and a row with no accepted child emits its correction from the residual and
+stops. A leaf's "children" are all absent, so the residual is p there: the bonus token.
 
 The walk is written once (:class:`TreeVerifier`); the references and the tree zoo's
 mutants change one step: the sibling rule (``select``) or the row p is read from
@@ -139,14 +141,15 @@ class TreeVerifier:
     scheme = "iid"  # how the drafts were made (the harness drafts this way)
     rule = "iid"  # the sibling rule applied (a mutant may differ from the scheme)
 
-    def select(self, p: np.ndarray, q: np.ndarray, siblings: np.ndarray,
+    def select(self, p: NodeRows, q: NodeRows, siblings: np.ndarray,
                u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(choice [n], final [k, V])``: the accepted sibling's column (−1: none) and, for
-        the k rows with none, in order, the (unnormalised) distribution of their correction."""
+        the k rows with none, in order, the (unnormalised) distribution of their correction.
+        p and q are lazy rows; ``np.asarray(p)`` gives them as [n, V]."""
         return sequential_select(p, q, siblings, u, self.rule)
 
     def target_row(self, target_probs: np.ndarray, rows: np.ndarray, node: np.ndarray,
-                   parents: np.ndarray, leaf: np.ndarray) -> np.ndarray:
+                   parents: np.ndarray, leaf: np.ndarray) -> NodeRows:
         """p at ``node``'s context (−1: the root) for rows ``rows``, as lazy :class:`NodeRows`."""
         return NodeRows(target_probs, rows, node + 1)
 
