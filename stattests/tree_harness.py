@@ -55,6 +55,7 @@ class TreeRun:
     length_pmf: np.ndarray  # [n, D+1] exact P(accepted path length = d) for the row's drafts
     root_choice: np.ndarray  # [n] the root's child taken, by rank (width: none)
     root_chosen: np.ndarray  # [n, width+1] its exact probabilities
+    uniforms: np.ndarray  # [n, D+3] for the randomized PITs, from the run's own seed
     greedy_mismatches: int
     greedy_example: str
     error: str | None = None
@@ -164,7 +165,8 @@ def _reproducibility_error(decoder: TreeDecoder, fixture: TreeFixture, seed: np.
 def run_tree_fixture(decoder: TreeDecoder, fixture: TreeFixture, config: TreeRunConfig) -> TreeRun:
     """Verify ``config.rows`` drafted trees of ``fixture`` with ``decoder``, chunk by chunk."""
     scheme = decoder.scheme
-    draft_rng, decoder_rng = (np.random.default_rng(s) for s in fixture_seed(config.seed, fixture, scheme).spawn(2))
+    draft_rng, decoder_rng, pit_rng = (np.random.default_rng(s)
+                                       for s in fixture_seed(config.seed, fixture, scheme).spawn(3))
     repro = _reproducibility_error(decoder, fixture, fixture_seed(config.seed + 1, fixture, scheme))
     error = repro if repro and repro.startswith("verify_tree raised") else None
     rows = min(config.rows, GREEDY_ROWS) if fixture.greedy else config.rows
@@ -220,4 +222,5 @@ def run_tree_fixture(decoder: TreeDecoder, fixture: TreeFixture, config: TreeRun
     n = arr["tokens"].shape[0]
     return TreeRun(fixture, scheme, n, arr["tokens"].astype(np.int64), arr["kinds"].astype(np.int64),
                    arr["leaf"].astype(bool), arr["pmf"], arr["choice"].astype(np.int64), arr["chosen"],
+                   pit_rng.random((n, depth + 3)),
                    mismatches, example, error, None if error else repro)
