@@ -38,8 +38,9 @@ class ResidualNotUpdated(TreeVerifier):
     """Every sibling verified against p itself, the residual never updated between rounds;
     after the last rejection the correction comes from max(p − q, 0).
 
-    SGLang PR #3407 ("fix EAGLE 2 non greedy case") and EAGLE #50 / PR #47: non-greedy
-    tree verification that did not carry the residual from one sibling to the next.
+    The step hand-written multi-round rejection most easily gets wrong. SGLang PR #3407
+    ("fix EAGLE 2 non greedy case") and EAGLE #50 / PR #47 fixed non-greedy tree
+    verification; whether their diffs were exactly this step was not checked here.
     """
 
     name, scheme, rule = "residual-not-updated", "iid", "iid"
