@@ -30,19 +30,17 @@ pytest.importorskip("accelerate")
 pytest.importorskip("httpx2")
 
 from specgauge.errors import ConfigError  # noqa: E402
-from specgauge.fixtures.serve import transformers_serve  # noqa: E402
-from specgauge.fixtures.tiny_llama import build_tiny_llama  # noqa: E402
+from specgauge.fixtures.serve import read_trace, transformers_serve  # noqa: E402
+from specgauge.fixtures.tiny_llama import build_tiny_llama, cyclic_prompts  # noqa: E402
 from specgauge.stattests.server_compare import one_sample_logprobs, one_sample_reference, two_sample  # noqa: E402
 from specgauge.stattests.server_probe import ClientConfig, ProbeConfig, probe, read_probe  # noqa: E402
 from specgauge.stattests.server_reference import ReferenceModel  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-# repeated word patterns, so that prompt lookup finds n-grams to propose
-PROMPTS = ["alpha bravo charlie alpha bravo charlie alpha bravo", "delta echo delta echo delta",
-           "golf hotel india golf hotel", "kilo lima mike kilo lima mike kilo"]
 SAMPLES = 150   # per prompt: 600 requests a run, 20-50 s at concurrency 3 on 2 busy cores
 LENGTH = 3
+N_PROMPTS = 4
 CLIENT = ClientConfig(concurrency=3)
 
 
@@ -63,9 +61,21 @@ def model_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(model_dir, tmp_path_factory):
-    log = tmp_path_factory.mktemp("serve") / "serve.log"
-    with transformers_serve(model_dir, log=log) as url:
+def prompts(model_dir) -> list[str]:
+    """The model's own greedy cycles: prompt lookup finds n-grams whose drafts get accepted."""
+    found = cyclic_prompts(model_dir, count=N_PROMPTS)
+    assert len(found) == N_PROMPTS
+    return found
+
+
+@pytest.fixture(scope="module")
+def server_log(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("serve") / "serve.log"
+
+
+@pytest.fixture(scope="module")
+def server(model_dir, server_log):
+    with transformers_serve(model_dir, log=server_log, trace=True) as url:
         yield url
     port = int(url.rsplit(":", 1)[1])
     with socket.socket() as sock:  # nothing left running
@@ -78,14 +88,14 @@ def _config(url: str, temperature: float, extra: dict) -> ProbeConfig:
 
 
 @pytest.fixture(scope="module")
-def baseline(server, tmp_path_factory) -> dict:
+def baseline(server, server_log, prompts, tmp_path_factory) -> dict:
     """Speculation off, drawn by the CLI, killed half-way (SIGKILL) and resumed."""
     folder = tmp_path_factory.mktemp("probe")
-    out, prompts = folder / "off.jsonl", folder / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
+    out, prompt_file = folder / "off.jsonl", folder / "prompts.jsonl"
+    prompt_file.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
     extra = _generation_config()
     command = [sys.executable, "-m", "specgauge.reports.cli", "probe", server, "--out", str(out), "--prompts",
-               str(prompts), "-L", str(LENGTH), "--samples", str(SAMPLES), "--concurrency", "3",
+               str(prompt_file), "-L", str(LENGTH), "--samples", str(SAMPLES), "--concurrency", "3",
                "--extra-body", json.dumps(extra), "--no-progress"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
@@ -98,28 +108,47 @@ def baseline(server, tmp_path_factory) -> dict:
     before = len(read_probe(out).records)
     with open(out, "ab") as fh:  # a torn line, as a kill during a write leaves
         fh.write(b'{"p": 3, "s": 7, "te')
-    summary = probe(_config(server, 1.0, extra), PROMPTS, out, client_config=CLIENT)
-    return {"path": out, "before": before, "summary": summary}
+    summary = probe(_config(server, 1.0, extra), prompts, out, client_config=CLIENT)
+    return {"path": out, "before": before, "summary": summary, "generators": read_trace(server_log)[0]}
 
 
 @pytest.fixture(scope="module")
-def runs(server, baseline, tmp_path_factory) -> dict:
+def traces(server, baseline, server_log, prompts, tmp_path_factory) -> dict:
+    """Each run's probe file, and what the server's generation did meanwhile (traced)."""
     folder = tmp_path_factory.mktemp("runs")
-    paths = {"off": baseline["path"]}
+    out = {"off": {"path": baseline["path"], "generators": baseline["generators"], "accepted": 0}}
+    offset = read_trace(server_log)[2]
     for name, (temperature, extra) in RUNS.items():
-        paths[name] = folder / f"{name}.jsonl"
-        probe(_config(server, temperature, extra), PROMPTS, paths[name], client_config=CLIENT)
-    return {name: read_probe(path) for name, path in paths.items()}
+        path = folder / f"{name}.jsonl"
+        probe(_config(server, temperature, extra), prompts, path, client_config=CLIENT)
+        generators, accepted, offset = read_trace(server_log, offset)
+        out[name] = {"path": path, "generators": generators, "accepted": accepted}
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(traces) -> dict:
+    return {name: read_probe(t["path"]) for name, t in traces.items()}
 
 
 def test_interrupted_probe_resumes_without_duplicates(baseline):
     run = read_probe(baseline["path"])
     keys = [(r["p"], r["s"]) for r in run.records]
-    assert 0 < baseline["before"] < SAMPLES * len(PROMPTS), "the kill should land mid-run"
-    assert len(keys) == len(set(keys)) == SAMPLES * len(PROMPTS)
-    assert baseline["summary"].drawn == SAMPLES * len(PROMPTS) - baseline["before"]
+    assert 0 < baseline["before"] < SAMPLES * N_PROMPTS, "the kill should land mid-run"
+    assert len(keys) == len(set(keys)) == SAMPLES * N_PROMPTS
+    assert baseline["summary"].drawn == SAMPLES * N_PROMPTS - baseline["before"]
     assert run.header["capabilities"] == {"n": False, "logprobs": False, "token_ids": False}
     assert run.header["models"]["data"], "the header records the server's /v1/models"
+
+
+@pytest.mark.parametrize("name, generator", [("lookup", "PromptLookupCandidateGenerator"),
+                                             ("early_exit", "EarlyExitCandidateGenerator")])
+def test_the_server_really_speculated(traces, name, generator):
+    """Every request of the run went through assisted generation, and drafts were accepted."""
+    assert traces["off"]["generators"] == {}, "the baseline must not speculate"
+    assert traces[name]["generators"] == {generator: SAMPLES * N_PROMPTS}
+    print(f"{name}: {traces[name]['accepted']} drafted tokens accepted in {SAMPLES * N_PROMPTS} requests")
+    assert traces[name]["accepted"] > 0.1 * SAMPLES * N_PROMPTS, "drafts were hardly ever accepted"
 
 
 @pytest.mark.parametrize("name", ["lookup", "early_exit"])
