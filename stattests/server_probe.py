@@ -421,6 +421,7 @@ async def _probe(cfg, prompts, out: Path, client_config, transport, progress, ma
             model = header["model"]
             journal = _Journal(out)
             first: list[dict[str, Any]] = []
+            watch = _SamplingWatch(cfg, len(prompts), run.records)
         else:
             models = await _models(client)
             model = cfg.model or (models["data"][0].get("id") if models["data"] else None)
@@ -432,13 +433,15 @@ async def _probe(cfg, prompts, out: Path, client_config, transport, progress, ma
                       "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
             journal = _Journal(out)
             journal.write([header])
+            watch = _SamplingWatch(cfg, len(prompts), [{"p": 0, **rec} for rec in first])
         todo = {p: [s for s in range(cfg.samples_per_prompt) if (p, s) not in done] for p in range(len(prompts))}
         if first:
             taken, todo[0] = todo[0][:len(first)], todo[0][len(first):]
             journal.write({"p": 0, "s": s, **rec} for s, rec in zip(taken, first))
         drawn = len(first)
         per = cfg.n if caps["n"] else 1
-        jobs = [(p, idx[i:i + per]) for p, idx in todo.items() for i in range(0, len(idx), per)]
+        chunks = [(i, p, idx[i:i + per]) for p, idx in todo.items() for i in range(0, len(idx), per)]
+        jobs = [(p, idx) for _, p, idx in sorted(chunks, key=lambda c: (c[0], c[1]))]  # round-robin over prompts
         if max_samples is not None:
             budget, kept = max_samples - drawn, []
             for p, idx in jobs:
@@ -447,18 +450,19 @@ async def _probe(cfg, prompts, out: Path, client_config, transport, progress, ma
                 kept.append((p, idx[:budget]))
                 budget -= len(idx[:budget])
             jobs = kept
-        drawn += await _run_jobs(client, cfg, model, prompts, caps, jobs, journal, client_config.concurrency, progress)
-        journal.close()
+        try:
+            watch.check()
+            drawn += await _run_jobs(client, cfg, model, prompts, caps, jobs, journal, watch,
+                                     client_config.concurrency, progress)
+        finally:
+            journal.close()
     finally:
         await client.close()
     total = len(done) + drawn
-    summary = ProbeSummary(out, drawn, total, time.monotonic() - started, caps)
-    if total == len(prompts) * cfg.samples_per_prompt:
-        _check_sampling(read_probe(out), cfg)
-    return summary
+    return ProbeSummary(out, drawn, total, time.monotonic() - started, caps)
 
 
-async def _run_jobs(client, cfg, model, prompts, caps, jobs, journal, concurrency, progress) -> int:
+async def _run_jobs(client, cfg, model, prompts, caps, jobs, journal, watch, concurrency, progress) -> int:
     from tqdm.auto import tqdm
 
     semaphore = asyncio.Semaphore(concurrency)
@@ -469,12 +473,17 @@ async def _run_jobs(client, cfg, model, prompts, caps, jobs, journal, concurrenc
         nonlocal count
         got: list[dict[str, Any]] = []
         async with semaphore:
+            if watch.stopped:
+                return
             while len(got) < len(indices):  # a server may return fewer choices than `n`
                 need = len(indices) - len(got)
                 got += await _complete(client, cfg, model, prompts[p], need, caps)
-        journal.write({"p": p, "s": s, **rec} for s, rec in zip(indices, got))
+        records = [{"p": p, "s": s, **rec} for s, rec in zip(indices, got)]
+        journal.write(records)
         count += len(indices)
         bar.update(len(indices))
+        watch.add(records)
+        watch.check()
 
     tasks = [asyncio.create_task(one(p, idx)) for p, idx in jobs]
     try:
@@ -486,14 +495,33 @@ async def _run_jobs(client, cfg, model, prompts, caps, jobs, journal, concurrenc
     return count
 
 
-def _check_sampling(run: ProbeRun, cfg: ProbeConfig) -> None:
-    """A server that ignores the temperature returns one answer per prompt, every time."""
-    if cfg.temperature == 0 or cfg.samples_per_prompt < 5:
-        return
-    answers: dict[int, set[str]] = {}
-    for r in run.records:
-        answers.setdefault(r["p"], set()).add(r["text"])
-    if answers and all(len(v) == 1 for v in answers.values()):
-        raise TemperatureIgnoredError(
-            f"the server ignored the temperature ({cfg.temperature:g}): all {cfg.samples_per_prompt} samples "
-            f"of each of the {len(answers)} prompts are identical")
+class _SamplingWatch:
+    """A server that ignores the temperature returns one answer per prompt, every time.
+
+    Fed every sample as it lands (jobs run round-robin over the prompts), it stops the
+    probe as soon as each prompt has ``MIN_SEEN`` samples and every one of them is the
+    same answer, rather than after the whole budget.
+    """
+
+    MIN_SEEN = 5
+
+    def __init__(self, cfg: ProbeConfig, n_prompts: int, records: Iterable[Mapping[str, Any]]) -> None:
+        self.cfg = cfg
+        self.answers: list[set[str]] = [set() for _ in range(n_prompts)]
+        self.seen = [0] * n_prompts
+        self.active = cfg.temperature > 0 and cfg.samples_per_prompt >= self.MIN_SEEN
+        self.stopped = False  # set once the check failed: requests not yet sent are dropped
+        self.add(records)
+
+    def add(self, records: Iterable[Mapping[str, Any]]) -> None:
+        for r in records:
+            self.answers[r["p"]].add(r["text"])
+            self.seen[r["p"]] += 1
+
+    def check(self) -> None:
+        if (self.active and min(self.seen) >= self.MIN_SEEN
+                and all(len(a) == 1 for a in self.answers)):
+            self.stopped = True
+            raise TemperatureIgnoredError(
+                f"the server ignored the temperature ({self.cfg.temperature:g}): all {min(self.seen)}+ samples "
+                f"of each of the {len(self.answers)} prompts are identical")

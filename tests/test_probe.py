@@ -84,9 +84,11 @@ def test_gives_up_after_the_retries(tmp_path):
                client_config=ClientConfig(retries=2, backoff_s=0.001))
 
 
-def test_temperature_ignored_is_one_clear_error(tmp_path):
+def test_temperature_ignored_is_one_clear_error_and_stops_early(tmp_path):
+    app = FakeOpenAI(ignore_temperature=True, honour_n=False)
     with pytest.raises(TemperatureIgnoredError, match="ignored the temperature"):
-        _probe(tmp_path / "run.jsonl", FakeOpenAI(ignore_temperature=True), samples=10)
+        _probe(tmp_path / "run.jsonl", app, samples=200)
+    assert app.requests < 50  # about five rounds over the 4 prompts, not the 800 samples asked for
 
 
 def test_non_openai_reply_is_one_clear_error(tmp_path):

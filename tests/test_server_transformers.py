@@ -33,7 +33,8 @@ from specgauge.errors import ConfigError  # noqa: E402
 from specgauge.fixtures.serve import read_trace, transformers_serve  # noqa: E402
 from specgauge.fixtures.tiny_llama import build_tiny_llama, cyclic_prompts  # noqa: E402
 from specgauge.stattests.server_compare import one_sample_logprobs, one_sample_reference, two_sample  # noqa: E402
-from specgauge.stattests.server_probe import ClientConfig, ProbeConfig, probe, read_probe  # noqa: E402
+from specgauge.stattests.server_probe import (ClientConfig, ProbeConfig, ServerError,  # noqa: E402
+                                              TemperatureIgnoredError, probe, read_probe)
 from specgauge.stattests.server_reference import ReferenceModel  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -177,3 +178,16 @@ def test_top_k_fails_against_reference(runs, model_dir):
 def test_logprob_mode_needs_logprobs_this_server_ignores(runs):
     with pytest.raises(ConfigError, match="no top logprobs"):
         one_sample_logprobs(runs["off"])
+
+
+def test_a_server_ignoring_the_temperature_is_one_clear_error(server, prompts, tmp_path):
+    """`do_sample: false` in the server's generation config: greedy whatever the temperature."""
+    greedy = {"generation_config": json.dumps({"do_sample": False, "max_new_tokens": LENGTH})}
+    cfg = ProbeConfig(server, temperature=1.0, max_tokens=LENGTH, samples_per_prompt=5, extra_body=greedy)
+    with pytest.raises(TemperatureIgnoredError, match="ignored the temperature"):
+        probe(cfg, prompts, tmp_path / "greedy.jsonl", client_config=CLIENT)
+
+
+def test_a_url_that_is_not_the_api_is_one_clear_error(server, prompts, tmp_path):
+    with pytest.raises(ServerError, match="did not answer like an OpenAI-compatible server"):
+        probe(ProbeConfig(server + "/health", max_tokens=LENGTH, samples_per_prompt=5), prompts, tmp_path / "x.jsonl")
