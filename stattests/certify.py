@@ -30,6 +30,7 @@ DETECTABLE = {
     "goodness_of_fit": "TV between the pooled bins' distributions",
     "pit_ks": "largest CDF gap along the vocabulary order (mass moved across one prefix)",
     "independence": "TV of the pooled joint from the product of its margins",
+    "tail_collisions": "not a TV bound: a relative change of the rare tokens' collision rate (see message)",
     "acceptance_rate": "shift of the acceptance rate",
     "tokens_per_pass": "TV of the tokens-per-pass law",
     "tokens_per_pass_mean": "shift of mean tokens per pass, in tokens",
@@ -183,6 +184,9 @@ def _row(name: str, check: Check, fixture, position: int | None, r: TestResult) 
             observed, expected = float(details[obs_key]), float(details[exp_key])
     if "measured_tv" in details:  # goodness of fit: the measured TV against the expected 0
         observed, expected = float(details["measured_tv"]), 0.0
+    if "observed_collisions" in details:
+        observed, expected = float(details["observed_collisions"]), float(details["expected_collisions"])
+        message = message or f"detects a relative change of {details['detectable_relative_shift']:.2g} in sum r^2"
     if not message and not r.passed and np.isfinite(observed):
         message = f"observed {observed:.4g}, expected {expected:.4g}"
     return {"decoder": name, "check": check.name, "family": check.family,

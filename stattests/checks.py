@@ -19,7 +19,11 @@ from .contract import PAD
 from .harness import FixtureRun
 from .sequences import SequenceRun, sequence_counts
 from .statistics import (MIN_EXPECTED, TestResult, _pool, acceptance_rate_test, combine_bonferroni, goodness_of_fit,
-                         independence_test, ks_uniformity, tokens_per_pass_mean_test, tokens_per_pass_test)
+                         independence_test, ks_uniformity, tail_collision_test, tokens_per_pass_mean_test,
+                         tokens_per_pass_test)
+
+#: Vocabularies at least this wide get the unpooled look at their rare tokens.
+TAIL_VOCAB = 64
 
 #: Up to this many rows per call, every pair of a call's rows is tested; above it, the
 #: call's whole block of rows at once (a calls × tokens table).
@@ -78,6 +82,17 @@ def exactness(run: FixtureRun, rates: Rates) -> dict[int | None, TestResult]:
             values = run.pit_id[:, k]
             out[k] = ks_uniformity(values[~np.isnan(values)], false_fail_rate=rates.false_fail,
                                    false_pass_rate=rates.false_pass, test="pit_ks")
+    return out
+
+
+def tail_collisions(run: FixtureRun, rates: Rates) -> dict[int | None, TestResult]:
+    """The rare tokens pooled by the chi-square collide as often as p says (an unpooled tail test)."""
+    fx = run.fixture
+    out = {}
+    for k in range(fx.gamma + 1):
+        counts = np.bincount(_emitted_at(run, k), minlength=fx.vocab_size)
+        out[k] = tail_collision_test(counts, fx.target[k], false_fail_rate=rates.false_fail,
+                                     false_pass_rate=rates.false_pass)
     return out
 
 
@@ -245,6 +260,10 @@ CHECKS: dict[str, Check] = {c.name: c for c in [
           "same seed same output, no exception"),
     Check("exactness", "exactness", exactness, lambda f: not f.greedy, _all_positions,
           "tokens at each position (and the bonus) are distributed as p, given the position is emitted"),
+    Check("tail-collisions", "exactness", tail_collisions,
+          lambda f: f.context_free and not f.greedy and f.vocab_size >= TAIL_VOCAB, _all_positions,
+          "the rare tokens the chi-square pools collide as often as p says: a bias that alternates among "
+          "them escapes the pooled bin and every prefix of a vocabulary order"),
     Check("pit-id", "exactness", _pit("pit_id"), lambda f: f.context_free and not f.greedy, _all_positions,
           "randomized PIT of every emitted token is uniform (vocabulary ordered by id); on heterogeneous "
           "fixtures this is the exactness check itself, so it is not counted twice"),

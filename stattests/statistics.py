@@ -228,6 +228,74 @@ def min_num_samples_for_goodness_of_fit(
     return n
 
 
+MIN_COLLISIONS = 10.0  # a band of rare tokens is tested when it expects this many equal pairs
+MAX_SHARE = 0.02  # ... and no token holds more than this share of its mass (C is then a sum of many small parts)
+
+
+def _collisions(counts: np.ndarray, probs: np.ndarray) -> tuple[float, float, float]:
+    """Ordered pairs of equal draws C = Σ c(c − 1), its mean and variance given m = Σ c draws
+    from probs renormalised to r: m₂ Σr² and m₄ (Σr²)² + 4 m₃ Σr³ + 2 m₂ Σr² − (m₂ Σr²)²."""
+    m = float(counts.sum())
+    r = probs / probs.sum()
+    s2, s3 = float((r * r).sum()), float((r ** 3).sum())
+    m2, m3, m4 = m * (m - 1), m * (m - 1) * (m - 2), m * (m - 1) * (m - 2) * (m - 3)
+    mean = m2 * s2
+    return float((counts * (counts - 1)).sum()), mean, max(m4 * s2 * s2 + 4 * m3 * s3 + 2 * m2 * s2 - mean * mean, 1e-300)
+
+
+def _gamma_two_sided(x: float, mean: float, variance: float) -> float:
+    """Two-sided p-value of x under the gamma law with this mean and variance: skewed
+    right like a count of collisions, and heavier-tailed than the Poisson, so conservative."""
+    shape, scale = mean * mean / variance, variance / mean
+    return float(min(1.0, 2 * min(stats.gamma.cdf(x, shape, scale=scale), stats.gamma.sf(x, shape, scale=scale))))
+
+
+def tail_collision_test(
+    counts: np.ndarray, probs: np.ndarray, *, false_fail_rate: float = DEFAULT_FALSE_FAIL,
+    false_pass_rate: float = DEFAULT_FALSE_PASS, min_expected: float = MIN_EXPECTED,
+) -> TestResult:
+    """Collisions among the rare categories that :func:`goodness_of_fit` pools into one bin.
+
+    The rare categories (expected fewer than ``min_expected`` times) are split into decade
+    bands of expected count; within a band the draws that fell there, m of them, collide
+    C = Σ c_i (c_i − 1) times (ordered pairs). Under ``probs`` C has a known mean and
+    variance (:func:`_collisions`); a gamma law with those moments gives its p-value, and
+    the bands that expect at least MIN_COLLISIONS pairs share the false-fail rate
+    (Bonferroni). A bias that moves mass between rare tokens of similar probability (the
+    pooled bin cannot see it, nor any prefix of a vocabulary order when it alternates)
+    changes Σr²: merging neighbours pairwise doubles it. This is not a TV bound (a bias
+    that keeps Σr² escapes it), so ``min_detectable_tv`` is NaN and
+    ``details["detectable_relative_shift"]`` is the relative change of Σr² the least
+    sensitive tested band detects.
+    """
+    _validate_rates(false_fail_rate, false_pass_rate)
+    probs = validate_probs(probs)
+    counts = np.asarray(counts, dtype=np.float64)
+    n = float(counts.sum())
+    expected = n * probs
+    tail = (probs > 0) & (expected < min_expected)
+    band = np.floor(np.log10(np.where(tail, expected, min_expected) / min_expected)).astype(int)
+    bands = []
+    for b in np.unique(band[tail]):
+        inside = tail & (band == b)
+        if probs[inside].max() <= MAX_SHARE * probs[inside].sum() and counts[inside].sum() >= 2:
+            observed, mean, variance = _collisions(counts[inside], probs[inside])
+            if mean >= 2 * MIN_COLLISIONS:
+                bands.append((observed, mean, variance))
+    m = int(counts[tail].sum())
+    if not bands:
+        return TestResult("tail_collisions", 0.0, 1.0, 0, false_fail_rate, math.nan)
+    pvalues = [_gamma_two_sided(*band_) for band_ in bands]
+    worst = int(np.argmin(pvalues))
+    power_z = stats.norm.isf(false_fail_rate / (2 * len(bands))) + stats.norm.isf(false_pass_rate)
+    observed, mean, variance = bands[worst]
+    details = {"observed_collisions": observed, "expected_collisions": mean, "tail_draws": float(m),
+               "bands": float(len(bands)),
+               "detectable_relative_shift": max(power_z * math.sqrt(v) / mu for _, mu, v in bands)}
+    return TestResult("tail_collisions", (observed - mean) / math.sqrt(variance),
+                      min(1.0, len(bands) * pvalues[worst]), m, false_fail_rate, math.nan, None, details)
+
+
 # ---------------------------------------------------------------- KS and the randomized PIT
 
 

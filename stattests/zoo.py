@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .contract import PAD
-from .reference import accepted_prefix, assemble, final_rows, leviathan_verify
+from .reference import accepted_prefix, assemble, final_rows, leviathan_verify, residual
 from .sampling import sample_rows, sample_rows_at
 
 
@@ -31,6 +31,21 @@ def _rule(target_probs, draft_probs, draft_tokens, accept_u, final_u, resample=N
     final_p, final_q, rejected = final_rows(target_probs, draft_probs, n_accepted)
     dist = np.where(rejected[:, None], resample(final_p, final_q), final_p)
     return assemble(draft_tokens, n_accepted, sample_rows_at(dist, final_u))
+
+
+def _final_draw_by(draw, target_probs, draft_probs, draft_tokens, rng) -> np.ndarray:
+    """Leviathan's acceptance, then the final token from ``draw(final_p, dist, rng)``, where
+    dist is the residual after a rejection and p after a full accept."""
+    n_accepted = accepted_prefix(target_probs, draft_probs, draft_tokens, rng.random(draft_tokens.shape))
+    final_p, final_q, _ = final_rows(target_probs, draft_probs, n_accepted)
+    return assemble(draft_tokens, n_accepted, draw(final_p, residual(final_p, final_q), rng))
+
+
+class _FinalDraw:
+    """A rule that differs from Leviathan's only in how it draws the final token (``_draw``)."""
+
+    def verify(self, target_probs, draft_probs, draft_tokens, rng):
+        return _final_draw_by(self._draw, target_probs, draft_probs, draft_tokens, rng)
 
 
 class _Mutant:
@@ -275,16 +290,228 @@ class WrongRowDraftProbs(_Mutant):
                                 rng.random(draft_tokens.shape), rng)
 
 
+# ---------------------------------------------------------------- the audit's bug classes
+#
+# An adversarial audit of the gate (specgauge issue 10) wrote plausible bugs that the
+# certification of that time passed. Each lives where real engines keep special cases.
+
+
+class SmallBatchFastPath(_Mutant):
+    """A fast path for latency-bound batches (≤ 8 rows) that resamples rejections from p.
+
+    From specgauge issue 10's audit. Engines keep separate paths for small batches (vLLM
+    and SGLang capture CUDA graphs per batch size, FlashInfer picks kernels by batch): a
+    bug confined to one (here EAGLE #329's resample-from-p) escapes fixtures whose calls
+    hold hundreds of rows. The small-batch fixtures (1, 2, 3, 8 rows a call) catch it.
+    """
+
+    name = "small-batch-fast-path"
+    max_rows = 8
+    expected_failed_checks = {
+        "exactness": "on calls of ≤ 8 rows rejections re-deliver p's mass: the output is not ~ p",
+    }
+
+    def verify(self, target_probs, draft_probs, draft_tokens, rng):
+        u = rng.random(draft_tokens.shape)
+        final_u = rng.random(len(draft_tokens))
+        if len(draft_tokens) > self.max_rows:
+            return _rule(target_probs, draft_probs, draft_tokens, u, final_u)
+        return _rule(target_probs, draft_probs, draft_tokens, u, final_u, resample=lambda p, q: p)
+
+
+class LongDraftBug(_Mutant):
+    """Positions from the fifth on verified against the untempered target: a bug only at γ ≥ 5.
+
+    From specgauge issue 10's audit: kernels unrolled for short drafts (γ ≤ 4) fall back to
+    a generic loop for longer ones, and the project's own default deployment drafts 5.
+    Here, when γ ≥ 5, positions k ≥ 4 (the bonus included) read p^T renormalised with
+    T = 0.5, the target-temperature bug of vLLM #9834 confined to the long-draft path.
+    """
+
+    name = "long-draft-bug"
+    first_wrong = 4
+    expected_failed_checks = {
+        "exactness": "at positions ≥ 4 of a γ ≥ 5 draft the output follows p^0.5, not p",
+    }
+
+    def verify(self, target_probs, draft_probs, draft_tokens, rng):
+        gamma = draft_tokens.shape[1]
+        target = np.array(target_probs)
+        if gamma > self.first_wrong:
+            k = self.first_wrong
+            target[:, k:] = target_probs[:, k:] ** 0.5
+            target[:, k:] /= target[:, k:].sum(axis=-1, keepdims=True)
+        return leviathan_verify(target, draft_probs, draft_tokens, rng.random(draft_tokens.shape), rng)
+
+
+class AlternatingTailBias(_FinalDraw, _Mutant):
+    """Rare tokens merged pairwise on large vocabularies: odd ids of the tail emitted as their even neighbour.
+
+    From specgauge issue 10's audit: a vocabulary-sharded or bucketed sampler that loses the
+    low bit of rare token ids. The bias alternates token by token, so no prefix of any
+    vocabulary order carries it (the PIT–KS tests) and it sits inside the chi-square's
+    pooled bin; on the 32k fixture it moves TV 0.20 of the bonus token's law (the audit's
+    wider tail: 0.25). Only an unpooled look at the tail, the collision count of rare
+    tokens, sees it.
+    """
+
+    name = "alternating-tail-bias"
+    min_vocab = 4096
+    threshold = 30.0  # "rare": p below threshold / V (beyond rank 82 of the 32k Zipf fixture)
+    expected_failed_checks = {
+        "tail-collisions": "merging rare neighbours doubles the tail's collision rate",
+    }
+
+    def _draw(self, final_p, dist, rng):
+        token = sample_rows(dist, rng)
+        if dist.shape[-1] >= self.min_vocab:  # the sampler's large-vocabulary path
+            rare = final_p[np.arange(len(token)), token] < self.threshold / dist.shape[-1]
+            token = np.where(rare & (token % 2 == 1), token - 1, token)
+        return token
+
+
+class SharedAtHalfBatch(_Mutant):
+    """Rows i and i + B/2 of a call draw the same uniforms.
+
+    From specgauge issue 10's audit: a sampler that splits the batch in two halves (two
+    streams, two devices) and seeds both halves' streams alike. Each row is exact; rows
+    half a call apart are dependent (token-count correlation 0.375 in the audit).
+    """
+
+    name = "shared-at-half-batch"
+    expected_failed_checks = {
+        "independence-rows": "rows i and i + B/2 of a call share their uniforms",
+    }
+
+    def verify(self, target_probs, draft_probs, draft_tokens, rng):
+        batch, gamma = draft_tokens.shape
+        half = -(-batch // 2)
+        u = np.tile(rng.random((half, gamma + 1)), (2, 1))[:batch]
+        return _rule(target_probs, draft_probs, draft_tokens, u[:, :gamma], u[:, gamma])
+
+
+class CorrectionFromEarlierToken(_Mutant):
+    """The correction's uniform recycled from the first token: exact marginals, wrong joint.
+
+    From specgauge issue 10's audit: a "recycle the randomness" optimisation that draws the
+    correction at position k ≥ 1 with the randomized PIT of the accepted first token,
+    G(x₀⁻) + v·g(x₀) with g = min(p₀, q₀)/α₀. That uniform is exactly Uniform(0, 1), so
+    every position on its own is exact; but the correction is now a function of x₀.
+    """
+
+    name = "correction-from-earlier-token"
+    expected_failed_checks = {
+        "independence-positions": "the correction is a monotone function of the first token",
+    }
+
+    def verify(self, target_probs, draft_probs, draft_tokens, rng):
+        batch, gamma = draft_tokens.shape
+        u = rng.random(draft_tokens.shape)
+        n_accepted = accepted_prefix(target_probs, draft_probs, draft_tokens, u)
+        final_u = rng.random(batch)
+        if gamma:
+            accepted_law = np.minimum(target_probs[:, 0], draft_probs[:, 0])
+            accepted_law /= np.maximum(accepted_law.sum(axis=1, keepdims=True), 1e-300)
+            rows = np.arange(batch)
+            x0 = draft_tokens[:, 0]
+            below = np.cumsum(accepted_law, axis=1)[rows, x0] - accepted_law[rows, x0]
+            recycled = np.clip(below + rng.random(batch) * accepted_law[rows, x0], 0.0, 1.0 - 1e-12)
+            final_u = np.where(n_accepted >= 1, recycled, final_u)
+        return _rule(target_probs, draft_probs, draft_tokens, u, final_u)
+
+
+class ReseedWithoutAdvancing(_Mutant):
+    """Seeds its own stream from the caller's generator state without advancing it.
+
+    From specgauge issue 10's audit: an adapter that copies the caller's generator state
+    into its own generator (to hand a seed to a device RNG, say) but never draws from the
+    caller's. The same seed gives the same output, as the contract asks; but every call
+    then repeats the previous call's uniforms, so row i of one call depends on row i of
+    the next.
+    """
+
+    name = "reseed-without-advancing"
+    expected_failed_checks = {
+        "independence-rows": "row i of consecutive calls reuses the same uniforms",
+    }
+
+    def verify(self, target_probs, draft_probs, draft_tokens, rng):
+        local = np.random.Generator(type(rng.bit_generator)())
+        local.bit_generator.state = rng.bit_generator.state  # read, never advanced
+        return leviathan_verify(target_probs, draft_probs, draft_tokens, local.random(draft_tokens.shape), local)
+
+
+# ---------------------------------------------------------------- exact alternatives: must pass
+
+
+class RecycledUniforms:
+    """Leviathan's rule drawing the correction with the rejecting uniform, rescaled.
+
+    Given a rejection at x, u is Uniform(r, 1) with r = min(1, p/q)(x), so (u − r)/(1 − r)
+    is a fresh Uniform(0, 1); given a full accept, u/r of the last position is. Exact, and
+    one uniform per drafted position is all it draws: what the reused-uniform mutant
+    should have done.
+    """
+
+    name = "recycled-uniforms"
+
+    def verify(self, target_probs, draft_probs, draft_tokens, rng):
+        batch, gamma = draft_tokens.shape
+        if gamma == 0:
+            return leviathan_verify(target_probs, draft_probs, draft_tokens, rng.random((batch, 0)), rng)
+        u = rng.random(draft_tokens.shape)
+        n_accepted = accepted_prefix(target_probs, draft_probs, draft_tokens, u)
+        rows = np.arange(batch)
+        at = np.minimum(n_accepted, gamma - 1)
+        p_x = target_probs[rows, at, draft_tokens[rows, at]]
+        q_x = draft_probs[rows, at, draft_tokens[rows, at]]
+        r = np.minimum(1.0, p_x / q_x)
+        u_at = u[rows, at]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            fresh = np.where(n_accepted < gamma, (u_at - r) / (1.0 - r), u_at / r)
+        return _rule(target_probs, draft_probs, draft_tokens, u, np.clip(np.nan_to_num(fresh), 0.0, 1.0 - 1e-16))
+
+
+class GumbelMaxResampler(_FinalDraw):
+    """The correction and bonus drawn by Gumbel-max, argmax(log r + G), as many engines sample."""
+
+    name = "gumbel-max"
+
+    @staticmethod
+    def _draw(_final_p, dist, rng):
+        with np.errstate(divide="ignore"):
+            return (np.log(dist) + rng.gumbel(size=dist.shape)).argmax(axis=1)
+
+
+class PermutedInverseCdf(_FinalDraw):
+    """The final draw by inverse CDF over a shuffled vocabulary, rows served in a shuffled order."""
+
+    name = "permuted-inverse-cdf"
+
+    @staticmethod
+    def _draw(_final_p, dist, rng):
+        vocab_order = rng.permutation(dist.shape[1])
+        row_order = rng.permutation(dist.shape[0])
+        u = np.empty(dist.shape[0])
+        u[row_order] = rng.random(dist.shape[0])
+        return vocab_order[sample_rows_at(dist[:, vocab_order], u)]
+
+
+#: Exact rules other than the reference's: the certification must pass them.
+EXACT_ALTERNATIVES = {cls.name: cls for cls in [RecycledUniforms, GumbelMaxResampler, PermutedInverseCdf]}
+
+
 ZOO: dict[str, type[_Mutant]] = {cls.name: cls for cls in [
     ResampleFromTarget, DropBonusToken, BonusFromDraft, ReusedUniform, TargetTemperatureIgnored,
     TopKDraftRenormalised, AcceptEveryDraft, OffByOneTargetRow, InPlaceDraftProbs,
-    SharedRowRandomness, WrongRowDraftProbs,
+    SharedRowRandomness, WrongRowDraftProbs, SmallBatchFastPath, LongDraftBug, AlternatingTailBias,
+    SharedAtHalfBatch, CorrectionFromEarlierToken, ReseedWithoutAdvancing,
 ]}
 
 
 def __getattr__(name: str):
     """``specgauge.stattests.zoo:NAME`` with NAME a zoo key (``resample-from-p`` is not an identifier)."""
     try:
-        return ZOO[name]
+        return ZOO[name] if name in ZOO else EXACT_ALTERNATIVES[name]
     except KeyError:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None

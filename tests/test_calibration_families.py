@@ -28,9 +28,11 @@ from specgauge.fixtures.pairs import FIXTURES
 from specgauge.stattests.certify import SEQUENCE_CASES, CertConfig
 from specgauge.stattests.checks import PAIRWISE_CALL_ROWS
 from specgauge.stattests.harness import MIN_CALLS, chunk_rows, emission_probability
+from specgauge.stattests.sampling import multinomial_counts
 from specgauge.stattests.sequences import sequence_distribution
 from specgauge.stattests.statistics import (MIN_EXPECTED, _pool, acceptance_rate_test, goodness_of_fit, ks_uniformity,
-                                            margin_bins, tokens_per_pass_mean_test, tokens_per_pass_pmf,
+                                            margin_bins, tail_collision_test, tokens_per_pass_mean_test,
+                                            tokens_per_pass_pmf,
                                             tokens_per_pass_test)
 from specgauge.fixtures.toy_lm import load_toy_lm
 
@@ -82,14 +84,6 @@ GOF_SHAPES = [("seed-six-token", 0), ("seed-six-token", 4), ("identical", 3), ("
               ("batch2-g6", 6), ("batch8-g8", 8)]
 
 
-def _draw_counts(n: int, p: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Multinomial(n, p) counts; by sampling tokens when n is far below the vocabulary."""
-    if n < p.size // 4:
-        tokens = np.searchsorted(np.cumsum(p), rng.random(n) * p.sum(), side="right")
-        return np.bincount(np.minimum(tokens, p.size - 1), minlength=p.size)
-    return rng.multinomial(n, p)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name, k", GOF_SHAPES, ids=[f"{n}-pos{k}" for n, k in GOF_SHAPES])
 def test_goodness_of_fit_is_calibrated_on_every_fixture(name, k):
@@ -97,7 +91,7 @@ def test_goodness_of_fit_is_calibrated_on_every_fixture(name, k):
     n = int(rows(name) * emission_probability(f)[k])
     rng = np.random.default_rng([7, k, len(name), f.vocab_size])
     reps = REPLICATES if f.vocab_size <= 1000 else 1000
-    pvalues = [goodness_of_fit(_draw_counts(n, f.target[k], rng), f.target[k],
+    pvalues = [goodness_of_fit(multinomial_counts(n, f.target[k], rng), f.target[k],
                                false_fail_rate=CONFIG.per_assertion).pvalue for _ in range(reps)]
     assert_calibrated(np.array(pvalues), f"goodness of fit, {name} position {k}, n {n}",
                       conservative=reps < REPLICATES)
@@ -185,7 +179,7 @@ def _independence_pvalues(p: np.ndarray, n: int, reps: int, rng: np.random.Gener
     for _ in range(reps):
         margins = []
         for _axis in range(2):
-            counts = _draw_counts(n, p, rng)
+            counts = multinomial_counts(n, p, rng)
             counts = counts[counts > 0]
             bins = margin_bins(counts, n)
             margins.append(np.bincount(bins, weights=counts).astype(np.int64))
@@ -271,3 +265,25 @@ def test_old_pooling_was_miscalibrated():
         table = stats.random_table(rows_, cols).rvs(random_state=rng)
         hits += stats.chi2_contingency(table, correction=False).pvalue < 1e-3
     assert stats.binomtest(int(hits), reps, 1e-3, alternative="greater").pvalue < META_RATE, hits
+
+
+# ---------------------------------------------------------------- the unpooled tail
+
+TAIL_SHAPES = [("zipf-1k-tv0.05", 0), ("zipf-1k-tv0.5", 2), ("zipf-32k-tv0.2", 0), ("zipf-32k-tv0.2", 1),
+               ("zipf-152k-tv0.2", 1), ("wide-70000", 0), ("position-dependent", 4)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, k", TAIL_SHAPES, ids=[f"{n}-pos{k}" for n, k in TAIL_SHAPES])
+def test_tail_collisions_are_calibrated(name, k):
+    """The gamma law matched to the collision count's mean and variance is conservative in
+    its upper tail; the banded, Bonferroni-combined p-value must not fail more often than declared."""
+    f = FIXTURES[name]
+    n = int(rows(name) * emission_probability(f)[k])
+    rng = np.random.default_rng([41, k, len(name)])
+    reps = REPLICATES if f.vocab_size <= 1000 else 2000
+    pvalues = np.array([tail_collision_test(multinomial_counts(n, f.target[k], rng), f.target[k]).pvalue
+                        for _ in range(reps)])
+    if np.ptp(pvalues) == 0:
+        pytest.skip(f"{name} position {k}: no band of rare tokens expects enough collisions at n {n}")
+    assert_calibrated(pvalues, f"tail collisions, {name} position {k}, n {n}", conservative=True)

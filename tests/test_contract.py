@@ -238,3 +238,19 @@ def test_certify_and_pytest_share_one_plan_with_the_sequences():
     assert {"sequence-exactness", "sequence-tokens-per-pass", "independence-rows"} <= checks
     assert plan_size() == sum(1 for _ in plan())
     assert plan_size(slow=True) > plan_size()
+
+
+@pytest.mark.slow
+def test_slow_tier_certifies_a_production_vocabulary_in_bounded_memory():
+    """262,144 tokens streamed over hundreds of calls of a few rows each (64 MiB a call):
+    time-bound, not memory-bound, and certified to the resolution the fixture states."""
+    from specgauge.fixtures.pairs import FIXTURES
+    from specgauge.stattests.certify import CertConfig, certify, plan
+
+    slow = [f.name for f in FIXTURES.values() if f.slow]
+    assert slow and all(f.name in slow for _, f, _ in plan(slow=True) if f.slow)
+    cert = certify(NumpyDecoder(), CertConfig(), fixtures=slow)
+    assert cert.passed, cert.summary()
+    exact = cert.frame[cert.frame["check"] == "exactness"]
+    print(cert.summary())
+    assert (exact["min_detectable_tv"].astype(float) <= max(FIXTURES[n].tv_floor for n in slow) * 1.05).all()
