@@ -354,6 +354,8 @@ async def _negotiate(client: _Client, cfg: ProbeConfig, model: str, prompt: str)
     if status in (400, 422) and any(want.values()):  # a strict server refusing n or logprobs
         want = {"n": False, "logprobs": False}
         status, payload = await client.json("POST", path, _body(cfg, model, prompt, 1, False))
+    if 400 <= status < 500:
+        raise ServerError(f"{client.base}{path} refused the request (HTTP {status}): {json.dumps(payload)[:200]}")
     if status != 200 or not isinstance(payload, dict) or not isinstance(payload.get("choices"), list):
         raise ServerError(f"{client.base}{path} did not answer like an OpenAI-compatible server "
                           f"(HTTP {status}: {json.dumps(payload)[:200]})")

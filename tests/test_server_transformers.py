@@ -191,3 +191,25 @@ def test_a_server_ignoring_the_temperature_is_one_clear_error(server, prompts, t
 def test_a_url_that_is_not_the_api_is_one_clear_error(server, prompts, tmp_path):
     with pytest.raises(ServerError, match="did not answer like an OpenAI-compatible server"):
         probe(ProbeConfig(server + "/health", max_tokens=LENGTH, samples_per_prompt=5), prompts, tmp_path / "x.jsonl")
+
+
+def test_a_refused_field_is_one_clear_error(server, prompts, tmp_path):
+    """`transformers serve` refuses `top_k` in the body (it takes it inside generation_config)."""
+    with pytest.raises(ServerError, match=r"refused the request \(HTTP 422\).*top_k"):
+        probe(ProbeConfig(server, top_k=3, max_tokens=LENGTH, samples_per_prompt=5), prompts, tmp_path / "k.jsonl")
+
+
+def test_pytest_integration_against_the_server(server, tmp_path):
+    """stattests/test_server.py, run as a CI pipeline would, with this server as both URLs."""
+    import specgauge.stattests
+
+    module = Path(specgauge.stattests.__file__).parent / "test_server.py"
+    certificate = tmp_path / "server.csv"
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", str(module),
+         "--specgauge-server-url", server, "--specgauge-baseline-url", server + "/v1",
+         "--specgauge-certificate", str(certificate)],
+        env={**os.environ, "SPECGAUGE_SERVER_SAMPLES": "20"}, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:]
+    assert "1 passed, 1 skipped" in result.stdout and "returns no logprobs" in result.stdout
+    assert (tmp_path / "server_two-sample.csv").read_text().startswith("mode,test,passed")
