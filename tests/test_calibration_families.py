@@ -21,11 +21,13 @@ from __future__ import annotations
 from functools import lru_cache
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats
 
 from specgauge.fixtures.pairs import FIXTURES
-from specgauge.stattests.certify import SEQUENCE_CASES, CertConfig
+from specgauge.stattests.certify import SEQUENCE_CASES, CertConfig, certify
+from specgauge.stattests.reference import NumpyDecoder
 from specgauge.stattests.checks import PAIRWISE_CALL_ROWS
 from specgauge.stattests.harness import MIN_CALLS, chunk_rows, emission_probability
 from specgauge.stattests.sampling import multinomial_counts
@@ -287,3 +289,31 @@ def test_tail_collisions_are_calibrated(name, k):
     if np.ptp(pvalues) == 0:
         pytest.skip(f"{name} position {k}: no band of rare tokens expects enough collisions at n {n}")
     assert_calibrated(pvalues, f"tail collisions, {name} position {k}, n {n}", conservative=True)
+
+
+# ---------------------------------------------------------------- end to end, through the harness
+
+END_TO_END = [("seed-six-token", None, 200), ("batch8-g8", ("independence-rows", "independence-positions"), 100)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, checks, seeds", END_TO_END, ids=[n for n, _, _ in END_TO_END])
+def test_reference_certifications_fail_at_most_at_the_declared_rate(name, checks, seeds):
+    """The whole pipeline (harness, calls, the checks' sub-tests and Bonferroni) run on the
+    reference over many seeds at a relaxed per-assertion rate of 0.01: every check family's
+    failures are at most Binomial(N, 0.01) (Bonferroni-combined assertions are conservative)."""
+    frames = [certify(NumpyDecoder(), CertConfig(tv=0.05, false_fail=0.01, assertions=1, seed=seed),
+                      fixtures=[name], checks=checks).frame for seed in range(seeds)]
+    f = pd.concat(frames)
+    f = f[f["verdict"] != "untested"]
+    lines, failed = [], []
+    for check, rows in f.groupby("check"):
+        if check == "contract":
+            continue
+        fails = int((rows["verdict"] == "fail").sum())
+        p = stats.binomtest(fails, len(rows), 0.01, alternative="greater").pvalue
+        lines.append(f"{name} {check}: {fails} of {len(rows)} assertions failed at 0.01 (binomial p-value {p:.3g})")
+        if p < META_RATE:
+            failed.append(check)
+    print("\n".join(lines))
+    assert not failed, "\n".join(lines)
