@@ -308,6 +308,8 @@ def _parse_choice(choice: Mapping[str, Any], endpoint: str) -> dict[str, Any]:
     if not isinstance(text, str):
         raise ServerError(f"a choice has no text: {json.dumps(choice)[:160]}")
     record: dict[str, Any] = {"text": text}
+    if choice.get("finish_reason") is not None:
+        record["finish"] = choice["finish_reason"]  # "stop": ended before L tokens
     lp = choice.get("logprobs")
     tokens = logprobs = top = None
     if isinstance(lp, dict) and endpoint == "chat" and isinstance(lp.get("content"), list):

@@ -213,3 +213,14 @@ def test_pytest_integration_against_the_server(server, tmp_path):
     assert result.returncode == 0, result.stdout[-2000:]
     assert "1 passed, 1 skipped" in result.stdout and "returns no logprobs" in result.stdout
     assert (tmp_path / "server_two-sample.csv").read_text().startswith("mode,test,passed")
+
+
+def test_compare_cli_reference_mode(runs, traces, model_dir, tmp_path, capsys):
+    from specgauge.reports import cli
+
+    csv = tmp_path / "reference.csv"
+    status = cli.main(["compare", str(traces["lookup"]["path"]), "--reference", str(model_dir), "--csv", str(csv)])
+    out = capsys.readouterr().out
+    assert status == 0 and "PASS (reference" in out and "note:" not in out
+    status = cli.main(["compare", str(traces["top_k_3"]["path"]), "--reference", str(model_dir), "--csv", str(csv)])
+    assert status == 1 and "FAIL (reference" in capsys.readouterr().out
