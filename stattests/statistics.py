@@ -518,19 +518,31 @@ def independence_test(
 def contingency_table(x: np.ndarray, y: np.ndarray, min_expected: float = MIN_EXPECTED) -> np.ndarray:
     """The pooled table of :func:`independence_test`: every cell expected ≥ ``min_expected``."""
     n = x.size
-    _, xi = np.unique(x, return_inverse=True)
-    _, yi = np.unique(y, return_inverse=True)
-    bx = margin_bins(np.bincount(xi), n, min_expected)[xi]
-    by = margin_bins(np.bincount(yi), n, min_expected)[yi]
-    table = np.zeros((bx.max() + 1, by.max() + 1))
-    np.add.at(table, (bx, by), 1.0)
+    bx = margin_bins(*_codes(x), n, min_expected)
+    by = margin_bins(*_codes(y), n, min_expected)
+    cols = int(by.max()) + 1
+    table = np.bincount(bx * cols + by, minlength=(int(bx.max()) + 1) * cols).reshape(-1, cols).astype(np.float64)
     return table[table.sum(axis=1) > 0][:, table.sum(axis=0) > 0]
 
 
-def margin_bins(counts: np.ndarray, n: int, min_expected: float = MIN_EXPECTED) -> np.ndarray:
-    """Category → bin map of one margin of an n-pair table: each bin seen ≥ √(min_expected · n)
-    times, so every cell's expected count (product of margins over n) is ≥ ``min_expected``."""
-    return _pool(np.asarray(counts, dtype=np.float64), math.sqrt(min_expected * n))
+def _codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(counts per category, each value's category): a bincount for small non-negative
+    integers such as token ids, a sort otherwise."""
+    if values.min() >= 0 and values.max() <= 4 * values.size + 65_536:
+        return np.bincount(values), values
+    _, codes = np.unique(values, return_inverse=True)
+    return np.bincount(codes), codes
+
+
+def margin_bins(counts: np.ndarray, codes: np.ndarray | None, n: int, min_expected: float = MIN_EXPECTED) -> np.ndarray:
+    """The bin of each value of one margin of an n-pair table (of each category when ``codes``
+    is None): each bin seen ≥ √(min_expected · n) times, so every cell's expected count
+    (product of margins over n) is ≥ ``min_expected``. Unseen categories never form a bin."""
+    counts = np.asarray(counts, dtype=np.float64)
+    seen = counts > 0
+    bins = np.zeros(counts.size, dtype=np.int64)
+    bins[seen] = _pool(counts[seen], math.sqrt(min_expected * n))
+    return bins if codes is None else bins[codes]
 
 
 def combine_bonferroni(results: list[TestResult], test: str, false_fail_rate: float) -> TestResult:

@@ -183,7 +183,7 @@ def _independence_pvalues(p: np.ndarray, n: int, reps: int, rng: np.random.Gener
         for _axis in range(2):
             counts = multinomial_counts(n, p, rng)
             counts = counts[counts > 0]
-            bins = margin_bins(counts, n)
+            bins = margin_bins(counts, None, n)
             margins.append(np.bincount(bins, weights=counts).astype(np.int64))
         rows_, cols = margins
         if rows_.size < 2 or cols.size < 2:
