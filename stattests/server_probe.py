@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+import specgauge
 from specgauge.errors import ConfigError, SpecgaugeError
 
 FORMAT = "specgauge-probe/1"
@@ -434,7 +435,8 @@ async def _probe(cfg, prompts, out: Path, client_config, transport, progress, ma
             caps, first = await _negotiate(client, cfg, model, prompts[0])
             header = {"format": FORMAT, "url": client.base, "model": model, "models": models,
                       "params": {**cfg.params(), "model": model}, "prompts": prompts, "capabilities": caps,
-                      "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                      "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                      "specgauge_version": specgauge.__version__}
             journal = _Journal(out)
             journal.write([header])
             watch = _SamplingWatch(cfg, len(prompts), [{"p": 0, **rec} for rec in first])

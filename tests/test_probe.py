@@ -41,6 +41,7 @@ def test_probe_records_header_ids_and_every_sample_once(tmp_path):
     run = read_probe(out)
     assert summary.capabilities == {"n": True, "logprobs": True, "token_ids": True}
     assert run.header["params"]["temperature"] == 1.0 and run.header["models"]["data"][0]["id"] == "fake-markov"
+    assert run.header["specgauge_version"] and run.header["prompts"] == PROMPTS
     keys = sorted((r["p"], r["s"]) for r in run.records)
     assert keys == [(p, s) for p in range(len(PROMPTS)) for s in range(50)]
     assert unit_kind(run) == "ids" and all(len(r["token_ids"]) == 3 for r in run.records)
