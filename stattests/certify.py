@@ -316,3 +316,16 @@ def record(session: CertificationSession, result: TestResult, check: str, fixtur
     row = _row(session.name, Check(check, family, None, None, None, ""), None, None, result)  # type: ignore[arg-type]
     row.update(fixture=fixture, position=label)
     session.rows.append(row)
+
+
+def assert_certified(check, fixture_name: str, result: TestResult) -> None:
+    """One assertion of a certification suite (chains or trees): skip a position the
+    fixture never reaches, else fail with the check's meaning and the test's numbers."""
+    import pytest
+
+    if result.n == 0 and result.passed:
+        pytest.skip(f"{check.name} on {fixture_name}: no samples, the position it tests is never reached")
+    message = f"{check.meaning}\n{result.describe()}"
+    if result.details and "error" in result.details:
+        message += f"\n{result.details['error']}"
+    assert result.passed, message

@@ -67,6 +67,21 @@ def pytest_addoption(parser) -> None:
                     help=f"the same model served with speculation off, for the two-sample test; default ${BASELINE_ENV}")
 
 
+def pytest_configure(config) -> None:
+    """With --specgauge-certificate, check before any test runs that the CSV can be written."""
+    path = config.getoption("specgauge_certificate", None)
+    if path:
+        import pytest
+
+        from specgauge.errors import SpecgaugeError
+        from specgauge.csvio import resolve_csv_target
+
+        try:
+            resolve_csv_target(path, "certificate.csv", flag="--specgauge-certificate")
+        except SpecgaugeError as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     """The tree certificates of ``stattests/test_trees.py``, when it ran (it keeps its
     sessions in ``config.stash[TREE_SESSIONS]``); with --specgauge-certificate PATH each is

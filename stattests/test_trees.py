@@ -20,7 +20,7 @@ from specgauge.fixtures.trees import TREE_FIXTURES
 from specgauge.laws import full_tree_parents
 from specgauge.stattests.sequences import sequence_counts, sequence_distribution
 from specgauge.stattests.statistics import goodness_of_fit, min_num_samples_for_goodness_of_fit
-from specgauge.stattests.certify import DEFAULT_FALSE_FAIL
+from specgauge.stattests.certify import DEFAULT_FALSE_FAIL, assert_certified
 from specgauge.stattests.tree_checks import (DEFAULT_TREE_TV, TREE_CHECKS, TreeCertConfig,
                                              TreeCertificationSession, tree_plan, tree_plan_size)
 from specgauge.stattests.tree_contract import DEFAULT_TREE_DECODERS, load_tree_decoder
@@ -88,13 +88,7 @@ def test_tree(specgauge_tree_assertion, request):
     check, fixture = TREE_CHECKS[check_name], TREE_FIXTURES[fixture_name]
     if getattr(session.decoder, "greedy_only", False) and not fixture.greedy:
         pytest.skip(f"{spec} verifies greedily: certified on greedy trees only")
-    result = session.assertion(check, fixture, position)
-    if result.n == 0 and result.passed:
-        pytest.skip(f"{check_name} on {fixture_name}: no samples, the position it tests is never reached")
-    message = f"{check.meaning}\n{result.describe()}"
-    if result.details and "error" in result.details:
-        message += f"\n{result.details['error']}"
-    assert result.passed, message
+    assert_certified(check, fixture_name, session.assertion(check, fixture, position))
 
 
 def test_tree_generation_joint_law(specgauge_tree_generation, request):

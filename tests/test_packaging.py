@@ -121,3 +121,11 @@ def test_the_wheel_installs_only_the_specgauge_package(tmp_path):
                  "errors.py", "laws.py"):
         assert f"specgauge/{part}" in names, part
     assert not any(name.startswith(("specgauge/tests/", "specgauge/benchmarks/")) for name in names)
+
+
+def test_an_unwritable_certificate_path_is_refused_before_any_test(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "pytest", str(ROOT / "stattests" / "test_certification.py"),
+                             "--specgauge-certificate", str(tmp_path / "missing" / "cert.csv"), "-p", "no:cacheprovider"],
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert result.returncode == 4, result.stdout + result.stderr  # pytest's usage error: nothing ran
+    assert "does not exist" in result.stderr and "passed" not in result.stdout
