@@ -44,8 +44,8 @@ class NodeRows:
 
     def at(self, which: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """Entry ``tokens[i]`` of row ``which[i]``."""
-        index = self.index if which.size == self.index.size else self.index[which]
-        return self.flat.reshape(-1)[index * self.shape[1] + tokens]
+        index = self.index if which.size == self.index.size else self.index.take(which)
+        return self.flat.reshape(-1).take(index * self.shape[1] + tokens)
 
     def take(self, which: np.ndarray) -> np.ndarray:
         """Rows ``which`` in full, [len(which), V] (``np.take`` on axis 0: a third of ``flat[...]``'s time)."""
@@ -69,16 +69,17 @@ def sequential_select(p: NodeRows, q: NodeRows, siblings: np.ndarray, u: np.ndar
     """
     n, width = siblings.shape
     vocab = p.shape[1]
-    choice = np.full(n, -1)
     if not (siblings[:, 0] >= 0).any():  # leaves: nothing to verify, the bonus follows p
-        return choice, p.take(np.arange(n))
+        return np.full(n, -1), p.take(np.arange(n))
     ones = np.ones(vocab)
-    idx = np.arange(n)  # rows still undecided
+    flat_siblings, flat_u = siblings.reshape(-1), u.reshape(-1)
+    choice = np.full(n, -1)
+    idx = np.arange(n)  # rows still undecided (carried by np.take: a third of a boolean mask's time)
     residual = draft = None  # read lazily: the first sibling needs one entry of p and q
     mass = np.ones(n)
     draft_mass = np.ones(n) if rule == "without-replacement" else None
     for j in range(width):  # siblings; the undecided rows vectorised
-        x = siblings[idx, j] if j else siblings[:, 0]
+        x = flat_siblings.take(idx * width + j) if j else siblings[:, 0]
         present = x >= 0
         if residual is not None and not present.any():
             continue  # no undecided row has a j-th sibling: nothing to accept or update
@@ -88,19 +89,20 @@ def sequential_select(p: NodeRows, q: NodeRows, siblings: np.ndarray, u: np.ndar
             q_c = None if rule == "topk" else q.at(idx, token)
         else:
             at = np.arange(idx.size) * vocab + token
-            r_c = residual.reshape(-1)[at]
-            q_c = None if rule == "topk" else draft.reshape(-1)[at]
-        u_j = u[idx, j] if j else u[:, 0]
+            r_c = residual.reshape(-1).take(at)
+            q_c = None if rule == "topk" else draft.reshape(-1).take(at)
+        u_j = flat_u.take(idx * width + j) if j else u[:, 0]
         if rule == "topk":
             hit = u_j * mass < r_c
         else:
             hit = u_j * mass * q_c < (r_c if draft_mass is None else r_c * draft_mass)
         hit &= present
-        choice[idx[hit]] = j
-        keep = ~hit
-        idx, present, token, r_c, mass = idx[keep], present[keep], token[keep], r_c[keep], mass[keep]
-        q_c = None if q_c is None else q_c[keep]
-        draft_mass = None if draft_mass is None else draft_mass[keep]
+        choice[idx] = np.where(hit, j, -1)  # the undecided rows' choice is −1 until now
+        keep = np.flatnonzero(~hit)
+        idx, present, token, r_c, mass = idx.take(keep), present.take(keep), token.take(keep), r_c.take(keep), \
+            mass.take(keep)
+        q_c = None if q_c is None else q_c.take(keep)
+        draft_mass = None if draft_mass is None else draft_mass.take(keep)
         if residual is None:
             residual = p.take(idx)
             mass = residual @ ones
@@ -109,21 +111,22 @@ def sequential_select(p: NodeRows, q: NodeRows, siblings: np.ndarray, u: np.ndar
                 if draft_mass is not None:
                     draft_mass = draft @ ones
         else:
-            residual = residual[keep]
-            draft = None if draft is None else draft[keep]
+            residual = residual.take(keep, axis=0)
+            draft = None if draft is None else draft.take(keep, axis=0)
         if idx.size == 0 or not present.any():
             continue
+        every = present.all()
         at = np.arange(idx.size) * vocab + token
         if rule == "topk":
-            residual.reshape(-1)[at[present]] = 0.0
-            mass = mass - np.where(present, r_c, 0.0)
+            residual.reshape(-1)[at if every else at[present]] = 0.0
+            mass = mass - (r_c if every else np.where(present, r_c, 0.0))
             continue
         if draft_mass is None:
             nxt = np.maximum(residual - mass[:, None] * draft, 0.0)
         else:
             nxt = np.maximum(residual * draft_mass[:, None] - mass[:, None] * draft, 0.0)
-            draft.reshape(-1)[at[present]] = 0.0
-            draft_mass = np.where(present, draft_mass - q_c, draft_mass)
+            draft.reshape(-1)[at if every else at[present]] = 0.0
+            draft_mass = draft_mass - q_c if every else np.where(present, draft_mass - q_c, draft_mass)
         nxt_mass = nxt @ ones
         moved = present & (nxt_mass > 0)
         if moved.all():
