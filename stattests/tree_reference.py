@@ -15,6 +15,8 @@ mutants change one step: the sibling rule (``select``) or the row p is read from
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from specgauge.laws import tree_depths
@@ -28,6 +30,19 @@ from .tree_contract import children_table
 def first_hit(hits: np.ndarray) -> np.ndarray:
     """Index of the first True per row, −1 where none."""
     return np.where(hits.any(axis=1), hits.argmax(axis=1), -1)
+
+
+@lru_cache(maxsize=64)
+def _tree_shape(parents: bytes) -> tuple[np.ndarray, int]:
+    kids = children_table(np.frombuffer(parents, dtype=np.int64))
+    kids.setflags(write=False)
+    return kids, int(tree_depths(np.frombuffer(parents, dtype=np.int64)).max(initial=0))
+
+
+def tree_shape(parents: np.ndarray) -> tuple[np.ndarray, int]:
+    """The children table and depth of a static tree, computed once per shape (a Python loop
+    over nodes that would otherwise cost as much as a level of a large batch)."""
+    return _tree_shape(np.ascontiguousarray(parents, dtype=np.int64).tobytes())
 
 
 class NodeRows:
@@ -70,10 +85,10 @@ def sequential_select(p: NodeRows, q: NodeRows, siblings: np.ndarray, u: np.ndar
     n, width = siblings.shape
     vocab = p.shape[1]
     if not (siblings[:, 0] >= 0).any():  # leaves: nothing to verify, the bonus follows p
-        return np.full(n, -1), p.take(np.arange(n))
+        return np.full(n, -1), np.asarray(p)
     ones = np.ones(vocab)
     flat_siblings, flat_u = siblings.reshape(-1), u.reshape(-1)
-    choice = np.full(n, -1)
+    choice = None
     idx = np.arange(n)  # rows still undecided (carried by np.take: a third of a boolean mask's time)
     residual = draft = None  # read lazily: the first sibling needs one entry of p and q
     mass = np.ones(n)
@@ -97,7 +112,10 @@ def sequential_select(p: NodeRows, q: NodeRows, siblings: np.ndarray, u: np.ndar
         else:
             hit = u_j * mass * q_c < (r_c if draft_mass is None else r_c * draft_mass)
         hit &= present
-        choice[idx] = np.where(hit, j, -1)  # the undecided rows' choice is −1 until now
+        if choice is None:
+            choice = np.where(hit, j, -1)
+        else:
+            choice[idx] = np.where(hit, j, -1)  # the undecided rows' choice is −1 until now
         keep = np.flatnonzero(~hit)
         idx, present, token, r_c, mass = idx.take(keep), present.take(keep), token.take(keep), r_c.take(keep), \
             mass.take(keep)
@@ -159,8 +177,7 @@ class TreeVerifier:
 
     def verify_tree(self, parents, tokens, draft_probs, target_probs, rng):
         parents = np.asarray(parents, dtype=np.int64)
-        kids = children_table(parents)
-        depth = int(tree_depths(parents).max(initial=0))
+        kids, depth = tree_shape(parents)
         batch, width = tokens.shape[0], kids.shape[1]
         emitted = np.full((depth + 1, batch), PAD, dtype=np.int64)  # one level a row: contiguous writes
         live = np.arange(batch)
