@@ -15,7 +15,7 @@ mutants change one step: the sibling rule (``select``) or the row p is read from
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -54,8 +54,13 @@ class NodeRows:
 
     def __init__(self, array: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> None:
         self.flat = array.reshape(-1, array.shape[-1])
-        self.index = rows * array.shape[1] + cols
-        self.shape = (self.index.size, array.shape[-1])
+        self.rows, self.cols, self.width = rows, cols, array.shape[1]
+        self.shape = (rows.size, array.shape[-1])
+
+    @cached_property
+    def index(self) -> np.ndarray:
+        """Row of ``flat`` each row stands for; computed on first read (top-k never reads q)."""
+        return self.rows * self.width + self.cols
 
     def at(self, which: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """Entry ``tokens[i]`` of row ``which[i]``."""
@@ -179,7 +184,8 @@ class TreeVerifier:
         parents = np.asarray(parents, dtype=np.int64)
         kids, depth = tree_shape(parents)
         batch, width = tokens.shape[0], kids.shape[1]
-        emitted = np.full((depth + 1, batch), PAD, dtype=np.int64)  # one level a row: contiguous writes
+        emitted = np.full((batch, depth + 1), PAD, dtype=np.int64)
+        out = emitted.reshape(-1)  # written at row·(D+1) + level: 1-D scatters
         live = np.arange(batch)
         node = np.full(batch, -1, dtype=np.int64)  # the node of each live row, carried with ``live``
         n_nodes = parents.size
@@ -193,16 +199,16 @@ class TreeVerifier:
             p = self.target_row(target_probs, live, node, parents, leaf)
             q = NodeRows(draft_probs, live, np.maximum(cand[:, 0], 0))
             choice, final = self.select(p, q, siblings, rng.random((live.size, width)))
-            stop = choice < 0
-            emitted[d, live[stop]] = sample_rows_at(final, rng.random(final.shape[0]))
-            go = np.flatnonzero(~stop)
+            out[live.take(np.flatnonzero(choice < 0)) * (depth + 1) + d] = sample_rows_at(
+                final, rng.random(final.shape[0]))
+            go = np.flatnonzero(choice >= 0)
             picked = go * width + choice.take(go)
             live = live.take(go)
-            emitted[d, live] = siblings.reshape(-1).take(picked)
+            out[live * (depth + 1) + d] = siblings.reshape(-1).take(picked)
             node = cand.reshape(-1).take(picked)
             if live.size == 0:
                 break
-        return np.ascontiguousarray(emitted.T)
+        return emitted
 
 
 class SpecInferDecoder(TreeVerifier):
