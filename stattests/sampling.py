@@ -16,7 +16,7 @@ def sample_rows_at(probs: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
     flat = probs.reshape(-1, probs.shape[-1])
     vocab = flat.shape[1]
     if vocab <= NARROW_VOCAB:  # same additions in the same order as cumsum: the same tokens
-        cdf = np.ascontiguousarray(flat.T)
+        cdf = flat.T.copy()  # a copy always: added to in place
         for j in range(1, vocab):
             np.add(cdf[j - 1], cdf[j], out=cdf[j])
         u = np.asarray(uniforms).reshape(-1) * cdf[-1]
