@@ -96,14 +96,14 @@ def sequential_select(p: NodeRows, q: NodeRows, siblings: np.ndarray, u: np.ndar
     choice = None
     idx = np.arange(n)  # rows still undecided (carried by np.take: a third of a boolean mask's time)
     residual = draft = None  # read lazily: the first sibling needs one entry of p and q
-    mass = np.ones(n)
-    draft_mass = np.ones(n) if rule == "without-replacement" else None
+    mass = draft_mass = None  # Z (and S) are 1 until the first rejection: the products skip them
     for j in range(width):  # siblings; the undecided rows vectorised
         x = flat_siblings.take(idx * width + j) if j else siblings[:, 0]
         present = x >= 0
         if residual is not None and not present.any():
             continue  # no undecided row has a j-th sibling: nothing to accept or update
-        token = np.maximum(x, 0)
+        every = present.all()
+        token = x if every else np.maximum(x, 0)
         if residual is None:
             r_c = p.at(idx, token)
             q_c = None if rule == "topk" else q.at(idx, token)
@@ -113,17 +113,18 @@ def sequential_select(p: NodeRows, q: NodeRows, siblings: np.ndarray, u: np.ndar
             q_c = None if rule == "topk" else draft.reshape(-1).take(at)
         u_j = flat_u.take(idx * width + j) if j else u[:, 0]
         if rule == "topk":
-            hit = u_j * mass < r_c
+            hit = u_j < r_c if mass is None else u_j * mass < r_c
         else:
-            hit = u_j * mass * q_c < (r_c if draft_mass is None else r_c * draft_mass)
-        hit &= present
+            hit = (u_j * q_c if mass is None else u_j * mass * q_c) < (r_c if draft_mass is None else r_c * draft_mass)
+        if not every:
+            hit &= present
         if choice is None:
             choice = np.where(hit, j, -1)
         else:
             choice[idx] = np.where(hit, j, -1)  # the undecided rows' choice is −1 until now
         keep = np.flatnonzero(~hit)
-        idx, present, token, r_c, mass = idx.take(keep), present.take(keep), token.take(keep), r_c.take(keep), \
-            mass.take(keep)
+        idx, present, token, r_c = idx.take(keep), present.take(keep), token.take(keep), r_c.take(keep)
+        mass = None if mass is None else mass.take(keep)
         q_c = None if q_c is None else q_c.take(keep)
         draft_mass = None if draft_mass is None else draft_mass.take(keep)
         if residual is None:
@@ -131,7 +132,7 @@ def sequential_select(p: NodeRows, q: NodeRows, siblings: np.ndarray, u: np.ndar
             mass = residual @ ones
             if rule != "topk" and present.any():
                 draft = q.take(idx)
-                if draft_mass is not None:
+                if rule == "without-replacement":
                     draft_mass = draft @ ones
         else:
             residual = residual.take(keep, axis=0)
@@ -139,17 +140,20 @@ def sequential_select(p: NodeRows, q: NodeRows, siblings: np.ndarray, u: np.ndar
         if idx.size == 0 or not present.any():
             continue
         every = present.all()
+        last = j == width - 1  # after the last sibling only the residual itself is read
         at = np.arange(idx.size) * vocab + token
         if rule == "topk":
             residual.reshape(-1)[at if every else at[present]] = 0.0
-            mass = mass - (r_c if every else np.where(present, r_c, 0.0))
+            if not last:
+                mass = mass - (r_c if every else np.where(present, r_c, 0.0))
             continue
         if draft_mass is None:
             nxt = np.maximum(residual - mass[:, None] * draft, 0.0)
         else:
             nxt = np.maximum(residual * draft_mass[:, None] - mass[:, None] * draft, 0.0)
-            draft.reshape(-1)[at if every else at[present]] = 0.0
-            draft_mass = draft_mass - q_c if every else np.where(present, draft_mass - q_c, draft_mass)
+            if not last:
+                draft.reshape(-1)[at if every else at[present]] = 0.0
+                draft_mass = draft_mass - q_c if every else np.where(present, draft_mass - q_c, draft_mass)
         nxt_mass = nxt @ ones
         moved = present & (nxt_mass > 0)
         if moved.all():
