@@ -5,7 +5,7 @@ depth 3) with SpecInfer's rule written the direct way: row by row, node by node,
 sibling at a time, ``rng.choice`` for the correction. The references verify the whole
 batch with a loop over depth levels only, 8,192 trees a call (engines verify a few hundred
 sequences a step; at 100,000 trees the dense inputs, 1.9 kB a tree, leave the cache and
-the ratio falls by a third). The last test prints the ratios (target: ≥ 50×).
+the ratio falls by a quarter to a third). The last test prints the ratios (target: ≥ 50×).
 
 Where the references' time goes (V = 8, so numpy's per-call cost, not arithmetic, rules):
 one flat gather of p (and q) at the first sibling's token per row, full rows only for the
