@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specgauge.stattests.certify import ALL_FIXTURES, DEFAULT_FALSE_FAIL, CertConfig, certify, default_tv
+from specgauge.stattests.certify import ALL_FIXTURES, DEFAULT_FALSE_FAIL, certify, decoder_config
 from specgauge.stattests.plugin import tv_type
 from specgauge.stattests.contract import decoder_name, load_decoder
 from specgauge.stattests.checks import CHECKS
@@ -21,7 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="short name (numpy, torch, hf, vllm, sglang, ...) or MODULE:NAME; "
                              "default $SPECGAUGE_DECODER, else numpy")
     parser.add_argument("--tv", type=tv_type, default=None,
-                        help="TV that must be detectable (default 0.005, or the coarser one a slow decoder declares)")
+                        help="TV that must be detectable on every fixture (default 0.005, or the coarser TVs a slow "
+                             "decoder declares, per fixture)")
     parser.add_argument("--false-fail", type=float, default=DEFAULT_FALSE_FAIL,
                         help="family-wise false-fail rate: the chance that an exact decoder fails any assertion; "
                              f"each assertion gets its Bonferroni share (default {DEFAULT_FALSE_FAIL:g})")
@@ -43,13 +44,14 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     target = resolve_csv_target(args.csv, default_name="certificate.csv")  # before any work
     decoder = load_decoder(args.decoder)
-    config = CertConfig(tv=args.tv if args.tv is not None else default_tv(decoder), false_fail=args.false_fail,
-                        seed=args.seed, timeout=args.timeout)
-    print(f"certifying {args.decoder or 'numpy'}: samples sized to detect TV {config.tv:g}", file=sys.stderr)
+    config = decoder_config(decoder, args.tv, false_fail=args.false_fail, seed=args.seed, timeout=args.timeout)
+    finer = "".join(f", {name} {tv:g}" for name, tv in config.fixture_tv.items())
+    print(f"certifying {args.decoder or 'numpy'}: samples sized to detect TV {config.tv:g}{finer}", file=sys.stderr)
     cert = certify(decoder, config, checks=args.check, fixtures=args.fixture,
                    progress=not args.no_progress, name=decoder_name(args.decoder), slow=args.slow)
     cert.to_csv(target.path, {"arguments": list(sys.argv[1:] if argv is None else argv),
                               "decoder": decoder_name(args.decoder), "tv": config.tv,
+                              "tv_by_fixture": dict(config.fixture_tv),
                               "false_fail": config.false_fail, "seed": config.seed})
     say(cert.summary())
     say(f"certificate: {target.path}")

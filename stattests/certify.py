@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -51,6 +51,22 @@ def default_tv(decoder: object) -> float:
     return max(DEFAULT_TV, float(getattr(decoder, "certification_tv", DEFAULT_TV)))
 
 
+def default_fixture_tvs(decoder: object) -> dict[str, float]:
+    """The finer TVs a slow decoder affords on some fixtures (``certification_tv_by_fixture``,
+    fixture name -> TV: small vocabularies reach a fine TV in few rows), floored like
+    :func:`default_tv`; fixtures not named get :func:`default_tv`."""
+    declared = getattr(decoder, "certification_tv_by_fixture", None) or {}
+    return {name: max(DEFAULT_TV, float(tv)) for name, tv in declared.items()}
+
+
+def decoder_config(decoder: object, tv: float | None = None, **options) -> "CertConfig":
+    """The certification config for ``decoder``: an explicit ``tv`` (``--tv``) everywhere, or
+    else the decoder's declared default and per-fixture TVs. ``options``: other fields."""
+    if tv is not None:
+        return CertConfig(tv=tv, **options)
+    return CertConfig(tv=default_tv(decoder), fixture_tv=default_fixture_tvs(decoder), **options)
+
+
 def plan(fixtures: Iterable[str] | None = None, checks: Iterable[str] | None = None, slow: bool = False):
     """Every (check, fixture, position) assertion, in a stable order.
 
@@ -78,7 +94,8 @@ class CertConfig:
     """What a certificate must be able to detect, and what it may spend.
 
     ``tv`` sets the sample size (capped by ``max_rows`` and, outside the slow tier, by
-    ``max_bytes`` of decoder input per fixture); the certificate reports what it reached.
+    ``max_bytes`` of decoder input per fixture), ``fixture_tv`` overrides it per fixture
+    name; the certificate reports what each assertion reached.
     ``false_fail`` is the family-wise rate over ``assertions`` assertions (0: the default
     plan's count), so each assertion runs at ``false_fail / assertions``. ``timeout``
     bounds each decoder call in seconds. Nothing here depends on the clock: one seed,
@@ -94,10 +111,12 @@ class CertConfig:
     chunk_bytes: int = 64 * 2**20
     assertions: int = 0
     timeout: float | None = None
+    fixture_tv: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not 0 < self.tv < 1:
-            raise SpecgaugeError(f"--tv must lie in (0, 1), got {self.tv!r}")
+        for label, tv in (("--tv", self.tv), *((f"the TV of {n}", t) for n, t in self.fixture_tv.items())):
+            if not 0 < tv < 1:
+                raise SpecgaugeError(f"{label} must lie in (0, 1), got {tv!r}")
         for label, rate in (("--false-fail", self.false_fail), ("false_pass", self.false_pass)):
             if not 0 < rate < 1:
                 raise SpecgaugeError(f"{label} must lie in (0, 1), got {rate!r}")
@@ -113,8 +132,12 @@ class CertConfig:
     def rates(self) -> Rates:
         return Rates(self.per_assertion, self.false_pass)
 
+    def tv_for(self, fixture: str) -> float:
+        """The TV samples are sized for on ``fixture``: its own, else ``tv``."""
+        return float(self.fixture_tv.get(fixture, self.tv))
+
     def rows(self, fixture: PairFixture) -> int:
-        tv = max(self.tv, fixture.tv_floor)
+        tv = max(self.tv_for(fixture.name), fixture.tv_floor)
         rate = self.per_assertion
         needed = min_num_samples_for_ks_uniformity(tv, false_fail_rate=rate, false_pass_rate=self.false_pass)
         if fixture.context_free:
@@ -125,7 +148,7 @@ class CertConfig:
         return rows_for(fixture, needed, self.max_rows, max_bytes)
 
     def sequences(self, case: SequenceCase) -> int:
-        return sequence_sample_size(case, max(self.tv, case.tv_floor), self.per_assertion)
+        return sequence_sample_size(case, max(self.tv_for(case.name), case.tv_floor), self.per_assertion)
 
 
 class CertificationSession:

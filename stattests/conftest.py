@@ -23,18 +23,18 @@ def _session(config: pytest.Config):
     session = config.stash.get(_SESSION_KEY, None)
     if session is None:
         from specgauge.errors import DecoderLoadError, SpecgaugeError
-        from specgauge.stattests.certify import CertConfig, CertificationSession, default_tv, plan_size
+        from specgauge.stattests.certify import CertificationSession, decoder_config, plan_size
         from specgauge.stattests.contract import BUILTIN_DECODERS, decoder_name, load_decoder
 
         spec = decoder_spec(config)
         name = decoder_name(spec)
         try:
             decoder = load_decoder(spec)
-            tv = config.getoption("specgauge_tv") or default_tv(decoder)
             slow = config.getoption("specgauge_slow")
-            cert = CertConfig(tv=tv, false_fail=config.getoption("specgauge_false_fail"),
-                              seed=config.getoption("specgauge_seed"), assertions=plan_size(slow),
-                              timeout=config.getoption("specgauge_timeout"))
+            cert = decoder_config(decoder, config.getoption("specgauge_tv") or None,
+                                  false_fail=config.getoption("specgauge_false_fail"),
+                                  seed=config.getoption("specgauge_seed"), assertions=plan_size(slow),
+                                  timeout=config.getoption("specgauge_timeout"))
         except DecoderLoadError as exc:
             missing = name in BUILTIN_DECODERS and ("missing" in str(exc) or "cannot import" in str(exc))
             session = (pytest.skip if missing else pytest.fail, str(exc))

@@ -45,7 +45,7 @@ def pytest_addoption(parser) -> None:
                          f"MODULE:NAME; default ${DECODER_ENV}, else numpy")
     group.addoption("--specgauge-tv", type=tv_type, default=None, metavar="TV",
                     help="total-variation discrepancy that must be detectable; sets the sample sizes "
-                         "(default 0.005, or the coarser certification_tv a slow decoder declares)")
+                         "(default 0.005, or the coarser TVs a slow decoder declares, per fixture)")
     group.addoption("--specgauge-false-fail", type=float, default=1e-4, metavar="RATE",
                     help="family-wise false-fail rate: the chance that an exact decoder fails any assertion of "
                          "the suite; each assertion gets its Bonferroni share (default 1e-4)")

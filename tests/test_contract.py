@@ -204,6 +204,34 @@ def test_same_seed_gives_a_byte_identical_certificate(tmp_path):
     assert not other.frame["pvalue"].equals(cert.frame["pvalue"])
 
 
+class _SlowWithFinerFixture(NumpyDecoder):
+    """A slow decoder's declaration: coarse by default, finer on the six-token fixture."""
+
+    certification_tv = 0.2
+    certification_tv_by_fixture = {"seed-six-token": 0.08}
+
+
+def test_declared_per_fixture_tv_sizes_samples_and_explicit_tv_wins():
+    """The finer fixture gets its TV (stated by its rows), the others the default; --tv overrides both."""
+    from specgauge.stattests.adapter_checks import assert_declared_resolution
+    from specgauge.stattests.certify import ALL_FIXTURES, certify, decoder_config
+
+    decoder = _SlowWithFinerFixture()
+    config = decoder_config(decoder, seed=0)
+    assert (config.tv, config.tv_for("seed-six-token"), config.tv_for("position-dependent")) == (0.2, 0.08, 0.2)
+    fixtures = ["seed-six-token", "position-dependent"]
+    cert = certify(decoder, config, fixtures=fixtures)
+    assert cert.passed, cert.summary()
+    assert_declared_resolution(cert, decoder)
+    with pytest.raises(AssertionError):  # the check itself fails on a certificate sized coarse everywhere
+        assert_declared_resolution(certify(decoder, decoder_config(decoder, 0.2, seed=0), fixtures=fixtures), decoder)
+    explicit = decoder_config(decoder, 0.1)
+    assert {explicit.tv_for(f) for f in fixtures} == {0.1}
+    assert explicit.rows(ALL_FIXTURES["seed-six-token"]) < config.rows(ALL_FIXTURES["seed-six-token"])
+    with pytest.raises(SpecgaugeError, match="seed-six-token"):
+        decoder_config(type("Bad", (), {"certification_tv_by_fixture": {"seed-six-token": 1.5}})())
+
+
 class _HangsOnThirdCall:
     """Answers twice (the reproducibility check), then never returns."""
 
