@@ -7,7 +7,6 @@ Each test item is one (check, fixture, position); its id reads like
 certify`` writes the same certificate.
 """
 
-
 from specgauge.stattests.certify import ALL_FIXTURES, assert_certified
 from specgauge.stattests.checks import CHECKS
 
