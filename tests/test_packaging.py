@@ -70,6 +70,10 @@ def _run_foreign(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProce
     project.mkdir(exist_ok=True)
     (project / "conftest.py").write_text(textwrap.dedent(FOREIGN_CONFTEST))
     (project / "test_foreign.py").write_text(textwrap.dedent(FOREIGN_TESTS))
+    # A package of the foreign project's own named like one of our folders must not
+    # shadow the plugin (it used to: "No module named 'stattests.plugin'").
+    (project / "stattests").mkdir(exist_ok=True)
+    (project / "stattests" / "__init__.py").write_text("OWNER = 'the foreign project'\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "SPECGAUGE_"))}
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA", *extra],
                             cwd=project, env=env, capture_output=True, text=True, timeout=120)
