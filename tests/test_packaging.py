@@ -133,3 +133,32 @@ def test_an_unwritable_certificate_path_is_refused_before_any_test(tmp_path):
                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert result.returncode == 4, result.stdout + result.stderr  # pytest's usage error: nothing ran
     assert "does not exist" in result.stderr and "passed" not in result.stdout
+
+
+@pytest.mark.slow
+def test_an_installed_wheel_runs_the_suite_from_anywhere_even_under_a_checkout(tmp_path):
+    """`pytest --pyargs specgauge.stattests` from an installed wheel, and `python -m pytest`
+    from a checkout that shadows the installed copy, both find the plugin and the suite."""
+    source = tmp_path / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".*", "build", "dist", "*.egg-info", "__pycache__"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(source)],
+                   check=True, capture_output=True, timeout=600)
+    (wheel,) = tmp_path.glob("specgauge-*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    with zipfile.ZipFile(wheel) as archive:  # what pip would put there, with this run's packages beside it
+        archive.extractall(site)
+    import numpy
+    Path(site, "zz-dependencies.pth").write_text(str(Path(numpy.__file__).parents[1]) + "\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "SPECGAUGE_", "PYTHONPATH"))}
+    collect = ["-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for cwd, args in ((elsewhere, ["--pyargs", "specgauge.stattests"]), (source, ["stattests/test_certification.py"])):
+        result = subprocess.run([str(python), *collect, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                                timeout=300)
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+        assert "test_exactness[numpy-" in result.stdout
