@@ -292,14 +292,14 @@ class WrongRowDraftProbs(_Mutant):
 
 # ---------------------------------------------------------------- the audit's bug classes
 #
-# An adversarial audit of the gate wrote plausible bugs that the
+# An adversarial audit of the gate (specgauge issue 10) wrote plausible bugs that the
 # certification of that time passed. Each lives where real engines keep special cases.
 
 
 class SmallBatchFastPath(_Mutant):
     """A fast path for latency-bound batches (≤ 8 rows) that resamples rejections from p.
 
-    From the gate's adversarial audit. Engines keep separate paths for small batches (vLLM
+    From specgauge issue 10's audit. Engines keep separate paths for small batches (vLLM
     and SGLang capture CUDA graphs per batch size, FlashInfer picks kernels by batch): a
     bug confined to one (here EAGLE #329's resample-from-p) escapes fixtures whose calls
     hold hundreds of rows. The small-batch fixtures (1, 2, 3, 8 rows a call) catch it.
@@ -322,7 +322,7 @@ class SmallBatchFastPath(_Mutant):
 class LongDraftBug(_Mutant):
     """Positions from the fifth on verified against the untempered target: a bug only at γ ≥ 5.
 
-    From the gate's adversarial audit: kernels unrolled for short drafts (γ ≤ 4) fall back to
+    From specgauge issue 10's audit: kernels unrolled for short drafts (γ ≤ 4) fall back to
     a generic loop for longer ones, and the project's own default deployment drafts 5.
     Here, when γ ≥ 5, positions k ≥ 4 (the bonus included) read p^T renormalised with
     T = 0.5, the target-temperature bug of vLLM #9834 confined to the long-draft path.
@@ -347,7 +347,7 @@ class LongDraftBug(_Mutant):
 class AlternatingTailBias(_FinalDraw, _Mutant):
     """Rare tokens merged pairwise on large vocabularies: odd ids of the tail emitted as their even neighbour.
 
-    From the gate's adversarial audit: a vocabulary-sharded or bucketed sampler that loses the
+    From specgauge issue 10's audit: a vocabulary-sharded or bucketed sampler that loses the
     low bit of rare token ids. The bias alternates token by token, so no prefix of any
     vocabulary order carries it (the PIT–KS tests) and it sits inside the chi-square's
     pooled bin; on the 32k fixture it moves TV 0.20 of the bonus token's law (the audit's
@@ -373,7 +373,7 @@ class AlternatingTailBias(_FinalDraw, _Mutant):
 class SharedAtHalfBatch(_Mutant):
     """Rows i and i + B/2 of a call draw the same uniforms.
 
-    From the gate's adversarial audit: a sampler that splits the batch in two halves (two
+    From specgauge issue 10's audit: a sampler that splits the batch in two halves (two
     streams, two devices) and seeds both halves' streams alike. Each row is exact; rows
     half a call apart are dependent (token-count correlation 0.375 in the audit).
     """
@@ -393,7 +393,7 @@ class SharedAtHalfBatch(_Mutant):
 class CorrectionFromEarlierToken(_Mutant):
     """The correction's uniform recycled from the first token: exact marginals, wrong joint.
 
-    From the gate's adversarial audit: a "recycle the randomness" optimisation that draws the
+    From specgauge issue 10's audit: a "recycle the randomness" optimisation that draws the
     correction at position k ≥ 1 with the randomized PIT of the accepted first token,
     G(x₀⁻) + v·g(x₀) with g = min(p₀, q₀)/α₀. That uniform is exactly Uniform(0, 1), so
     every position on its own is exact; but the correction is now a function of x₀.
@@ -423,7 +423,7 @@ class CorrectionFromEarlierToken(_Mutant):
 class ReseedWithoutAdvancing(_Mutant):
     """Seeds its own stream from the caller's generator state without advancing it.
 
-    From the gate's adversarial audit: an adapter that copies the caller's generator state
+    From specgauge issue 10's audit: an adapter that copies the caller's generator state
     into its own generator (to hand a seed to a device RNG, say) but never draws from the
     caller's. The same seed gives the same output, as the contract asks; but every call
     then repeats the previous call's uniforms, so row i of one call depends on row i of
