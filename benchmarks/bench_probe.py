@@ -23,9 +23,9 @@ import pytest
 httpx2 = pytest.importorskip("httpx2")
 
 from specgauge.fixtures.fake_openai import FakeOpenAI  # noqa: E402
-from specgauge.stattests.server_probe import ClientConfig, ProbeConfig, probe  # noqa: E402
-from specgauge.stattests.server_stats import min_num_samples_for_homogeneity  # noqa: E402
-from specgauge.stattests.statistics import min_num_samples_for_ks_uniformity  # noqa: E402
+from specgauge.stattests.server.probe import ClientConfig, ProbeConfig, probe  # noqa: E402
+from specgauge.stattests.server.stats import min_num_samples_for_homogeneity  # noqa: E402
+from specgauge.stattests.core.statistics import min_num_samples_for_ks_uniformity  # noqa: E402
 
 PROMPTS = ["one", "two", "three", "four"]
 SAMPLES = 1_000

@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pytest
 
-from specgauge.stattests.reference import NumpyDecoder
+from specgauge.stattests.core.reference import NumpyDecoder
 
 TARGET = np.array([0.40, 0.25, 0.15, 0.10, 0.06, 0.04])
 DRAFT = np.array([0.35, 0.30, 0.20, 0.10, 0.03, 0.02])

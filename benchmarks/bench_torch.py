@@ -18,9 +18,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from specgauge.stattests.contract import emitted_lengths  # noqa: E402
+from specgauge.stattests.core.contract import emitted_lengths  # noqa: E402
 from specgauge.stattests.decoders.torch_decoder import TorchDecoder  # noqa: E402
-from specgauge.stattests.reference import NumpyDecoder  # noqa: E402
+from specgauge.stattests.core.reference import NumpyDecoder  # noqa: E402
 
 GAMMA = 4
 CASES = [(1_000, 32), (20_000, 32), (4_000, 1_024)]  # (B, V)

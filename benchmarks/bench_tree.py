@@ -24,9 +24,9 @@ import numpy as np
 import pytest
 
 from specgauge.fixtures.trees import TREE_FIXTURES
-from specgauge.stattests.tree_contract import children_table
-from specgauge.stattests.tree_harness import draft_batch
-from specgauge.stattests.tree_reference import SpecInferDecoder, TopKTargetOnlyDecoder, WithoutReplacementDecoder
+from specgauge.stattests.core.tree_contract import children_table
+from specgauge.stattests.tree.harness import draft_batch
+from specgauge.stattests.tree.reference import SpecInferDecoder, TopKTargetOnlyDecoder, WithoutReplacementDecoder
 
 FIXTURE = TREE_FIXTURES["narrow"]
 LOOP_ROWS = 2_000

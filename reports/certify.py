@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specgauge.stattests.certify import ALL_FIXTURES, DEFAULT_FALSE_FAIL, certify, decoder_config
+from specgauge.stattests.chain.certify import ALL_FIXTURES, DEFAULT_FALSE_FAIL, certify, decoder_config
 from specgauge.stattests.plugin import tv_type
-from specgauge.stattests.contract import decoder_name, load_decoder
-from specgauge.stattests.checks import CHECKS
+from specgauge.stattests.core.contract import decoder_name, load_decoder
+from specgauge.stattests.chain.checks import CHECKS
 from specgauge.csvio import resolve_csv_target
 from specgauge.reports.console import say
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from specgauge.errors import ConfigError
-from specgauge.stattests.server_compare import MODES, ServerCertificate, run_mode
-from specgauge.stattests.server_probe import read_probe
+from specgauge.stattests.server.compare import MODES, ServerCertificate, run_mode
+from specgauge.stattests.server.probe import read_probe
 
 from .csvio import resolve_csv_target, write_csv_atomic
 
@@ -45,7 +45,7 @@ def certificate(args: argparse.Namespace) -> ServerCertificate:
     if mode == "reference":
         if not args.reference:
             raise ConfigError("--mode reference needs --reference MODEL_DIR")
-        from specgauge.stattests.server_reference import ReferenceModel
+        from specgauge.stattests.server.reference import ReferenceModel
 
         params = candidate.header["params"]
         ref = ReferenceModel(args.reference,

@@ -18,10 +18,10 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from specgauge.stattests.contract import ContractViolation, check_emitted, emitted_lengths, load_decoder
+from specgauge.stattests.core.contract import ContractViolation, check_emitted, emitted_lengths, load_decoder
 from specgauge.errors import SpecgaugeError
-from specgauge.laws import tokens_per_pass
-from specgauge.stattests.sampling import sample_rows
+from specgauge.laws import law_frame, speedup, tokens_per_pass  # noqa: F401  (speedup: re-exported)
+from specgauge.stattests.core.sampling import sample_rows
 
 from .console import say
 from .csvio import CsvTarget, resolve_csv_target, write_csv_atomic
@@ -50,11 +50,6 @@ float_list = _number_list(float)
 
 #: Rounds per decoder call, so memory stays O(chunk·γ·V) however many rounds are asked.
 _CHUNK = 50_000
-
-
-def speedup(alpha: np.ndarray | float, gamma: np.ndarray | int, cost_ratio: float) -> np.ndarray:
-    """Leviathan's walltime improvement E[N] / (γc + 1) for a draft costing c target passes."""
-    return tokens_per_pass(alpha, gamma) / (np.asarray(gamma, float) * cost_ratio + 1.0)
 
 
 def pair_at_tv(tv: float, vocab: int = 4) -> tuple[np.ndarray, np.ndarray]:
@@ -145,11 +140,7 @@ def law_table(
     Every (γ, α) point gets its own child of one SeedSequence, so adding a point never
     shifts another point's draws.
     """
-    alpha_grid, gamma_grid = np.meshgrid(np.asarray(alphas, float), np.asarray(gammas, int))
-    frame = pd.DataFrame({"gamma": gamma_grid.ravel(), "alpha": alpha_grid.ravel()})
-    frame["cost_ratio"] = cost_ratio
-    frame["tokens_per_pass"] = tokens_per_pass(frame["alpha"].to_numpy(), frame["gamma"].to_numpy())
-    frame["speedup"] = speedup(frame["alpha"].to_numpy(), frame["gamma"].to_numpy(), cost_ratio)
+    frame = law_frame(alphas, gammas, cost_ratio)
     if rounds > 0:
         children = np.random.SeedSequence(seed).spawn(len(frame))
         results = [

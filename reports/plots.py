@@ -115,10 +115,10 @@ def plot_plan(frame: pd.DataFrame, csv_path: Path, scenario: str = "") -> list[P
     if {"alpha", "spec_decode_acceptance_length"} <= set(spec.columns) and len(spec):
         # x is the model's α (per-token, conditional), not vLLM's acceptance rate, which also
         # counts drafts after the first rejection and so sits below α for γ > 1
-        from .law import law_table
+        from specgauge.laws import law_frame
 
         gammas = sorted(int(g) for g in spec["gamma"].unique())
-        curves = law_table(list(np.linspace(0.0, 0.99, 50)), gammas, 0.0, 0, 0)
+        curves = law_frame(np.linspace(0.0, 0.99, 50), gammas, 0.0)
         fig, ax = plt.subplots(figsize=(6.4, 4.4))
         law_curves(curves, ax, "tokens_per_pass", None)
         ax.plot(spec["alpha"].astype(float), spec["spec_decode_acceptance_length"].astype(float), "kx",

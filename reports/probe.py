@@ -8,7 +8,7 @@ import os
 import sys
 
 from specgauge.errors import ConfigError
-from specgauge.stattests.server_probe import ClientConfig, ProbeConfig, load_prompts, probe
+from specgauge.stattests.server.probe import ClientConfig, ProbeConfig, load_prompts, probe
 
 
 def build_parser() -> argparse.ArgumentParser:

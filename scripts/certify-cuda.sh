@@ -39,7 +39,7 @@ mkdir -p "$OUT"
 SPECGAUGE_CUDA_TV="$TV" SPECGAUGE_CUDA_OUT="$OUT" python - <<'PY'
 import os, time
 import torch
-from specgauge.stattests.certify import CertConfig, certify
+from specgauge.stattests.chain.certify import CertConfig, certify
 
 assert torch.cuda.is_available(), "torch sees no CUDA device"
 gpu = torch.cuda.get_device_name(0)
@@ -78,7 +78,7 @@ for name, make, fixtures in build():
     print(cert.summary())
 # Tree verification: SGLang's EAGLE-2/3 kernel, thresholds at 1 (exact) and at 0.5 (lossy by
 # design: the certificate must say so and the measured TV is printed).
-from specgauge.stattests.tree_checks import TreeCertConfig, certify_tree
+from specgauge.stattests.tree.checks import TreeCertConfig, certify_tree
 tree_config = TreeCertConfig(tv=max(tv, 0.01), false_fail=1e-6, seed=0)
 for name, threshold in (("sglang-tree", 1.0), ("sglang-tree-relaxed", 0.5)):
     start = time.perf_counter()

@@ -20,6 +20,24 @@ def tokens_per_pass(alpha: np.ndarray | float, gamma: np.ndarray | int) -> np.nd
     return float(value) if value.ndim == 0 else value
 
 
+def speedup(alpha: np.ndarray | float, gamma: np.ndarray | int, cost_ratio: float) -> np.ndarray:
+    """Leviathan's walltime improvement E[N] / (γc + 1) for a draft costing c target passes."""
+    return tokens_per_pass(alpha, gamma) / (np.asarray(gamma, float) * cost_ratio + 1.0)
+
+
+def law_frame(alphas, gammas, cost_ratio: float):
+    """The closed-form law on a grid: one row per (γ, α), with tokens per pass and speed-up
+    (a pandas DataFrame; ``specgauge law`` adds its Monte Carlo columns to it)."""
+    import pandas as pd
+
+    alpha_grid, gamma_grid = np.meshgrid(np.asarray(alphas, float), np.asarray(gammas, int))
+    frame = pd.DataFrame({"gamma": gamma_grid.ravel(), "alpha": alpha_grid.ravel()})
+    frame["cost_ratio"] = cost_ratio
+    frame["tokens_per_pass"] = tokens_per_pass(frame["alpha"].to_numpy(), frame["gamma"].to_numpy())
+    frame["speedup"] = speedup(frame["alpha"].to_numpy(), frame["gamma"].to_numpy(), cost_ratio)
+    return frame
+
+
 def tokens_per_pass_pmf(alphas: np.ndarray) -> np.ndarray:
     """P(N = n), n = 1 … γ+1, for per-position acceptance α_1 … α_γ (rows of ``alphas`` averaged)."""
     alphas = np.atleast_2d(np.asarray(alphas, dtype=np.float64))

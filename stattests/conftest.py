@@ -23,8 +23,8 @@ def _session(config: pytest.Config):
     session = config.stash.get(_SESSION_KEY, None)
     if session is None:
         from specgauge.errors import DecoderLoadError, SpecgaugeError
-        from specgauge.stattests.certify import CertificationSession, decoder_config, plan_size
-        from specgauge.stattests.contract import BUILTIN_DECODERS, decoder_name, load_decoder
+        from specgauge.stattests.chain.certify import CertificationSession, decoder_config, plan_size
+        from specgauge.stattests.core.contract import BUILTIN_DECODERS, decoder_name, load_decoder
 
         spec = decoder_spec(config)
         name = decoder_name(spec)
@@ -71,7 +71,7 @@ def specgauge_check_result(specgauge_certification):
 
     ``family`` is "exactness" (the default) or "optimality" (acceptance and the law).
     """
-    from specgauge.stattests.certify import record
+    from specgauge.stattests.core.certificate import record
 
     def check(result, *, check: str, fixture: str, position: int | str | None = None,
               family: str = "exactness") -> None:
@@ -89,9 +89,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """
     if "specgauge_assertion" not in metafunc.fixturenames:
         return
-    from specgauge.stattests.certify import plan
-    from specgauge.stattests.checks import position_label
-    from specgauge.stattests.contract import decoder_name
+    from specgauge.stattests.chain.certify import plan
+    from specgauge.stattests.chain.checks import position_label
+    from specgauge.stattests.core.contract import decoder_name
 
     only = getattr(metafunc.function, "family", None)
     name = decoder_name(decoder_spec(metafunc.config))

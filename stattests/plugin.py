@@ -89,8 +89,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     sessions = config.stash.get(TREE_SESSIONS, None)
     if not sessions:
         return
-    from specgauge.stattests.tree_checks import tree_summary
-
     path = config.getoption("specgauge_certificate")
     for name, session in sessions.items():
         if not getattr(session, "rows", None):
@@ -98,7 +96,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         cert = session.certificate()
         terminalreporter.section(f"specgauge tree certificate: {name}")
         terminalreporter.write_line(f"samples sized to detect TV {session.config.tv:g} at the root")
-        terminalreporter.write_line(tree_summary(cert))
+        terminalreporter.write_line(cert.summary())
         if path:
             stem, _, _ = os.fspath(path).rpartition(".")
             out = f"{stem or path}.tree-{name.replace(':', '_')}.csv"

@@ -2,13 +2,13 @@
 
 Each test item is one (check, fixture, position); its id reads like
 ``test_exactness[numpy-exactness-seed-six-token-pos0]``. What each check means is in
-``specgauge.stattests.checks.CHECKS``. The items are the certification plan
-(``specgauge.stattests.certify.plan``), whole-sequence cases included, so ``specgauge
+``specgauge.stattests.chain.checks.CHECKS``. The items are the certification plan
+(``specgauge.stattests.chain.certify.plan``), whole-sequence cases included, so ``specgauge
 certify`` writes the same certificate.
 """
 
-from specgauge.stattests.certify import ALL_FIXTURES, assert_certified
-from specgauge.stattests.checks import CHECKS
+from specgauge.stattests.chain.certify import ALL_FIXTURES, assert_certified
+from specgauge.stattests.chain.checks import CHECKS
 
 
 def _assert(specgauge_certification, specgauge_assertion) -> None:

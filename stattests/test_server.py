@@ -28,7 +28,7 @@ def specgauge_server_runs(request, tmp_path_factory):
     if not server:
         pytest.skip("no server to certify: pass --specgauge-server-url URL or set $SPECGAUGE_SERVER_URL")
     pytest.importorskip("httpx2", reason="the probe needs httpx2")
-    from specgauge.stattests.server_probe import BUILTIN_PROMPTS, ProbeConfig, probe, read_probe
+    from specgauge.stattests.server.probe import BUILTIN_PROMPTS, ProbeConfig, probe, read_probe
 
     folder = tmp_path_factory.mktemp("specgauge-server")
     samples = int(os.environ.get(SAMPLES_ENV, "500"))
@@ -51,7 +51,7 @@ def _report(request, cert) -> None:
 
 
 def test_server_matches_baseline(specgauge_server_runs, request):
-    from specgauge.stattests.server_compare import two_sample
+    from specgauge.stattests.server.compare import two_sample
 
     if "baseline" not in specgauge_server_runs:
         pytest.skip("no baseline: pass --specgauge-baseline-url URL (speculation off) or set $SPECGAUGE_BASELINE_URL")
@@ -62,7 +62,7 @@ def test_server_matches_baseline(specgauge_server_runs, request):
 
 
 def test_server_matches_its_logprobs(specgauge_server_runs, request):
-    from specgauge.stattests.server_compare import one_sample_logprobs
+    from specgauge.stattests.server.compare import one_sample_logprobs
 
     run = specgauge_server_runs["server"]
     if not run.header["capabilities"]["logprobs"]:

@@ -3,7 +3,7 @@
 Each test item is one (decoder, check, fixture, position); ids read like
 ``test_tree[specinfer-exactness-narrow-pos1]``. Without the option the three NumPy
 references are certified. What each check means is in
-``specgauge.stattests.tree_checks.TREE_CHECKS``; sample sizes are set by
+``specgauge.stattests.tree.checks.TREE_CHECKS``; sample sizes are set by
 ``--specgauge-tv`` (default 0.03 at the root position for trees); ``--specgauge-false-fail``
 is family-wise over one decoder's tree assertions (each gets its Bonferroni share). The
 fixtures live here, not in the chain suite's conftest.
@@ -18,14 +18,14 @@ from specgauge.errors import DecoderLoadError
 from specgauge.fixtures.toy_lm import load_toy_lm
 from specgauge.fixtures.trees import TREE_FIXTURES
 from specgauge.laws import full_tree_parents
-from specgauge.stattests.sequences import sequence_counts, sequence_distribution
-from specgauge.stattests.statistics import goodness_of_fit, min_num_samples_for_goodness_of_fit
-from specgauge.stattests.certify import DEFAULT_FALSE_FAIL, assert_certified
-from specgauge.stattests.tree_checks import (DEFAULT_TREE_TV, TREE_CHECKS, TreeCertConfig,
+from specgauge.stattests.chain.sequences import sequence_counts, sequence_distribution
+from specgauge.stattests.core.statistics import goodness_of_fit, min_num_samples_for_goodness_of_fit
+from specgauge.stattests.chain.certify import DEFAULT_FALSE_FAIL, assert_certified
+from specgauge.stattests.tree.checks import (DEFAULT_TREE_TV, TREE_CHECKS, TreeCertConfig,
                                              TreeCertificationSession, tree_plan, tree_plan_size)
-from specgauge.stattests.tree_contract import DEFAULT_TREE_DECODERS, load_tree_decoder
+from specgauge.stattests.core.tree_contract import DEFAULT_TREE_DECODERS, load_tree_decoder
 from specgauge.stattests.plugin import TREE_SESSIONS
-from specgauge.stattests.tree_generate import speculative_tree_generate
+from specgauge.stattests.tree.generate import speculative_tree_generate
 
 
 def _specs(config: pytest.Config) -> list[str]:

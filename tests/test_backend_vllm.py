@@ -18,11 +18,11 @@ import time
 import numpy as np
 import pytest
 
-from specgauge.stattests.adapter_checks import (all_zero_residual_output, assert_declared_resolution, batch,
+from specgauge.stattests.decoders.adapter_checks import (all_zero_residual_output, assert_declared_resolution, batch,
                                       check_inputs_untouched_and_reproducible, check_vocabulary_beyond_tile,
                                       check_zero_probability_never_emitted, seed_example_tokens_per_pass)
 from specgauge.fixtures.pairs import SEED_DRAFT, SEED_TARGET
-from specgauge.stattests.contract import check_emitted, load_decoder
+from specgauge.stattests.core.contract import check_emitted, load_decoder
 from specgauge.errors import DecoderLoadError
 
 #: an explicit TV for every fixture, else (None) the TVs the adapter declares
@@ -55,7 +55,7 @@ def greedy_decoder():
 
 
 def _certify(decoder, fixtures=FIXTURES, checks=None, tv=CERT_TV):
-    from specgauge.stattests.certify import certify, decoder_config
+    from specgauge.stattests.chain.certify import certify, decoder_config
 
     start = time.perf_counter()
     cert = certify(decoder, decoder_config(decoder, tv, false_fail=1e-6, seed=0), checks=checks, fixtures=fixtures)
@@ -67,7 +67,7 @@ def _certify(decoder, fixtures=FIXTURES, checks=None, tv=CERT_TV):
 
 
 def _family(cert, family: str):
-    from specgauge.stattests.checks import CHECKS
+    from specgauge.stattests.chain.checks import CHECKS
 
     names = {c.name for c in CHECKS.values() if c.family == family}
     return cert.frame[cert.frame["check"].isin(names)]
@@ -100,7 +100,7 @@ def test_half_installed_vllm_names_the_failed_import(tmp_path):
             VLLMDecoder()
         except ImportError as exc:
             print("IMPORTERROR", exc)
-        from specgauge.stattests.contract import load_decoder
+        from specgauge.stattests.core.contract import load_decoder
         try:
             load_decoder("vllm")
         except Exception as exc:

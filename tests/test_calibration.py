@@ -24,9 +24,9 @@ import pytest
 from scipy import stats
 
 from specgauge.fixtures.pairs import FIXTURES, SEED_DRAFT, SEED_TARGET, zipf
-from specgauge.stattests.certify import CertConfig, certify
-from specgauge.stattests.reference import NumpyDecoder, leviathan_verify
-from specgauge.stattests.statistics import (acceptance_rate_test, goodness_of_fit, min_discrepancy_of_goodness_of_fit,
+from specgauge.stattests.chain.certify import CertConfig, certify
+from specgauge.stattests.core.reference import NumpyDecoder, leviathan_verify
+from specgauge.stattests.core.statistics import (acceptance_rate_test, goodness_of_fit, min_discrepancy_of_goodness_of_fit,
                                   min_discrepancy_of_ks_uniformity, min_num_samples_for_acceptance_rate_test,
                                   min_num_samples_for_goodness_of_fit, min_num_samples_for_ks_uniformity,
                                   pvalue_uniformity, total_variation)

@@ -26,13 +26,13 @@ import pytest
 from scipy import stats
 
 from specgauge.fixtures.pairs import FIXTURES
-from specgauge.stattests.certify import SEQUENCE_CASES, CertConfig, certify
-from specgauge.stattests.reference import NumpyDecoder
-from specgauge.stattests.checks import PAIRWISE_CALL_ROWS
-from specgauge.stattests.harness import MIN_CALLS, chunk_rows, emission_probability
-from specgauge.stattests.sampling import multinomial_counts
-from specgauge.stattests.sequences import sequence_distribution
-from specgauge.stattests.statistics import (MIN_EXPECTED, _pool, acceptance_rate_test, goodness_of_fit, ks_uniformity,
+from specgauge.stattests.chain.certify import SEQUENCE_CASES, CertConfig, certify
+from specgauge.stattests.core.reference import NumpyDecoder
+from specgauge.stattests.chain.checks import PAIRWISE_CALL_ROWS
+from specgauge.stattests.chain.harness import MIN_CALLS, chunk_rows, emission_probability
+from specgauge.stattests.core.sampling import multinomial_counts
+from specgauge.stattests.chain.sequences import sequence_distribution
+from specgauge.stattests.core.statistics import (MIN_EXPECTED, _pool, acceptance_rate_test, goodness_of_fit, ks_uniformity,
                                             margin_bins, tail_collision_test, tokens_per_pass_mean_test,
                                             tokens_per_pass_pmf,
                                             tokens_per_pass_test)

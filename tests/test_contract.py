@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from specgauge.fixtures.pairs import SEED_DRAFT, SEED_TARGET
-from specgauge.stattests.contract import (BUILTIN_DECODERS, DECODER_ENV, ContractViolation, check_emitted, emitted_lengths,
+from specgauge.stattests.core.contract import (BUILTIN_DECODERS, DECODER_ENV, ContractViolation, check_emitted, emitted_lengths,
                                 load_decoder, resolve_spec)
 from specgauge.errors import DecoderLoadError, SpecgaugeError
-from specgauge.stattests.reference import NumpyDecoder, leviathan_verify
-from specgauge.stattests.sampling import sample_rows
+from specgauge.stattests.core.reference import NumpyDecoder, leviathan_verify
+from specgauge.stattests.core.sampling import sample_rows
 
 # ---------------------------------------------------------------- the loader
 
@@ -23,11 +23,11 @@ def _one_line(exc: pytest.ExceptionInfo) -> str:
 
 def test_builtin_short_name_loads_the_reference():
     assert isinstance(load_decoder("numpy"), NumpyDecoder)
-    assert isinstance(load_decoder("specgauge.stattests.reference:NumpyDecoder"), NumpyDecoder)
+    assert isinstance(load_decoder("specgauge.stattests.core.reference:NumpyDecoder"), NumpyDecoder)
 
 
 def test_environment_selects_the_decoder(monkeypatch):
-    monkeypatch.setenv(DECODER_ENV, "specgauge.stattests.zoo:accept-all")
+    monkeypatch.setenv(DECODER_ENV, "specgauge.stattests.chain.zoo:accept-all")
     assert type(load_decoder(None)).__name__ == "AcceptEveryDraft"
     monkeypatch.delenv(DECODER_ENV)
     assert isinstance(load_decoder(None), NumpyDecoder)
@@ -44,10 +44,10 @@ def test_unknown_short_name_lists_the_builtins():
 
 @pytest.mark.parametrize("spec, words", [
     ("no_such_module_xyz:Decoder", "cannot import module 'no_such_module_xyz'"),
-    ("specgauge.stattests.reference:NoSuchDecoder", "has no attribute 'NoSuchDecoder'"),
+    ("specgauge.stattests.core.reference:NoSuchDecoder", "has no attribute 'NoSuchDecoder'"),
     ("collections:OrderedDict", "has no verify method"),
-    ("specgauge.stattests.contract:PAD", "neither callable nor has a verify method"),
-    ("specgauge.stattests.certify:CertificationSession", "cannot call"),
+    ("specgauge.stattests.core.contract:PAD", "neither callable nor has a verify method"),
+    ("specgauge.stattests.chain.certify:CertificationSession", "cannot call"),
     (":Decoder", "MODULE:NAME"),
 ], ids=["import-failure", "missing-attribute", "no-verify", "not-callable", "needs-arguments", "no-module"])
 def test_load_errors_are_one_clear_line(spec, words):
@@ -191,7 +191,7 @@ def test_same_seed_same_output_and_inputs_untouched():
 
 def test_same_seed_gives_a_byte_identical_certificate(tmp_path):
     """Sample sizes come from the TV and the fixture, never from the clock."""
-    from specgauge.stattests.certify import CertConfig, certify
+    from specgauge.stattests.chain.certify import CertConfig, certify
 
     fixtures = ["seed-six-token", "batch3-g7", "bigram-v6-mid-L4-g1"]
     paths = []
@@ -213,8 +213,8 @@ class _SlowWithFinerFixture(NumpyDecoder):
 
 def test_declared_per_fixture_tv_sizes_samples_and_explicit_tv_wins():
     """The finer fixture gets its TV (stated by its rows), the others the default; --tv overrides both."""
-    from specgauge.stattests.adapter_checks import assert_declared_resolution
-    from specgauge.stattests.certify import ALL_FIXTURES, certify, decoder_config
+    from specgauge.stattests.decoders.adapter_checks import assert_declared_resolution
+    from specgauge.stattests.chain.certify import ALL_FIXTURES, certify, decoder_config
 
     decoder = _SlowWithFinerFixture()
     config = decoder_config(decoder, seed=0)
@@ -248,7 +248,7 @@ class _HangsOnThirdCall:
 
 
 def test_a_decoder_that_never_returns_fails_the_contract_naming_the_call():
-    from specgauge.stattests.certify import CertConfig, certify
+    from specgauge.stattests.chain.certify import CertConfig, certify
 
     cert = certify(_HangsOnThirdCall(), CertConfig(tv=0.05, timeout=0.5), fixtures=["seed-six-token"])
     f = cert.frame
@@ -260,7 +260,7 @@ def test_a_decoder_that_never_returns_fails_the_contract_naming_the_call():
 
 def test_certify_and_pytest_share_one_plan_with_the_sequences():
     """`specgauge certify` and `pytest stattests` both run certify.plan(): sequences included."""
-    from specgauge.stattests.certify import plan, plan_size
+    from specgauge.stattests.chain.certify import plan, plan_size
 
     checks = {c.name for c, _, _ in plan()}
     assert {"sequence-exactness", "sequence-tokens-per-pass", "independence-rows"} <= checks
@@ -273,7 +273,7 @@ def test_slow_tier_certifies_a_production_vocabulary_in_bounded_memory():
     """262,144 tokens streamed over hundreds of calls of a few rows each (64 MiB a call):
     time-bound, not memory-bound, and certified to the resolution the fixture states."""
     from specgauge.fixtures.pairs import FIXTURES
-    from specgauge.stattests.certify import CertConfig, certify, plan
+    from specgauge.stattests.chain.certify import CertConfig, certify, plan
 
     slow = [f.name for f in FIXTURES.values() if f.slow]
     assert slow and all(f.name in slow for _, f, _ in plan(slow=True) if f.slow)

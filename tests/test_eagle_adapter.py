@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from specgauge.stattests.tree_checks import TreeCertConfig, certify_tree
+from specgauge.stattests.tree.checks import TreeCertConfig, certify_tree
 
 try:
     from specgauge.stattests.decoders.eagle import EagleDecoder, EagleTemperatureDecoder, tree_choices
@@ -24,7 +24,7 @@ def test_choice_lists_follow_eagles_layout():
 
 def test_python_random_is_seeded_from_the_rng_and_restored():
     from specgauge.fixtures.trees import TREE_FIXTURES
-    from specgauge.stattests.tree_harness import draft_batch
+    from specgauge.stattests.tree.harness import draft_batch
 
     fx = TREE_FIXTURES["narrow"]
     b = draft_batch(fx, "without-replacement", 64, np.random.default_rng(1))

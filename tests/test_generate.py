@@ -7,9 +7,9 @@ import pytest
 
 from specgauge.fixtures.toy_lm import MarkovLM, ToyLMPair, available_toy_lms, load_toy_lm, perturbed_pair
 from specgauge.stattests.decoders.rules import SampleAndMatchDecoder
-from specgauge.stattests.generate import speculative_generate
-from specgauge.stattests.reference import NumpyDecoder
-from specgauge.stattests.sequences import (
+from specgauge.stattests.chain.generate import speculative_generate
+from specgauge.stattests.core.reference import NumpyDecoder
+from specgauge.stattests.chain.sequences import (
     all_sequences,
     expected_tokens_per_pass,
     first_round_length_distribution,
@@ -18,8 +18,8 @@ from specgauge.stattests.sequences import (
     sequence_distribution,
     sequence_index,
 )
-from specgauge.stattests.statistics import goodness_of_fit, tokens_per_pass_pmf
-from specgauge.stattests.zoo import BonusFromDraft, ResampleFromTarget
+from specgauge.stattests.core.statistics import goodness_of_fit, tokens_per_pass_pmf
+from specgauge.stattests.chain.zoo import BonusFromDraft, ResampleFromTarget
 
 
 def test_shipped_toy_lms_load_from_package_data_and_span_the_acceptance_range():

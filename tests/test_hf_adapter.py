@@ -10,9 +10,9 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from specgauge.stattests.contract import check_emitted, emitted_lengths, load_decoder  # noqa: E402
+from specgauge.stattests.core.contract import check_emitted, emitted_lengths, load_decoder  # noqa: E402
 from specgauge.stattests.decoders.hf import HFDecoder, probs_to_logits, speculative_sampling_function  # noqa: E402
-from specgauge.stattests.statistics import goodness_of_fit  # noqa: E402
+from specgauge.stattests.core.statistics import goodness_of_fit  # noqa: E402
 
 V, GAMMA = 6, 2
 PINNED = "5.24.0"

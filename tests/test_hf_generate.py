@@ -23,8 +23,8 @@ from specgauge.stattests.decoders.hf import (  # noqa: E402
     sample_generate,
     tiny_llama_pair,
 )
-from specgauge.stattests.sequences import sequence_counts  # noqa: E402
-from specgauge.stattests.statistics import goodness_of_fit  # noqa: E402
+from specgauge.stattests.chain.sequences import sequence_counts  # noqa: E402
+from specgauge.stattests.core.statistics import goodness_of_fit  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

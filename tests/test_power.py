@@ -24,11 +24,11 @@ from scipy import stats
 
 from specgauge.fixtures.pairs import FIXTURES
 from specgauge.fixtures.toy_lm import load_toy_lm
-from specgauge.stattests.certify import SEQUENCE_CASES, CertConfig
-from specgauge.stattests.harness import emission_probability
-from specgauge.stattests.sampling import multinomial_counts
-from specgauge.stattests.sequences import sequence_distribution
-from specgauge.stattests.statistics import (MIN_EXPECTED, _pool, goodness_of_fit, ks_uniformity,
+from specgauge.stattests.chain.certify import SEQUENCE_CASES, CertConfig
+from specgauge.stattests.chain.harness import emission_probability
+from specgauge.stattests.core.sampling import multinomial_counts
+from specgauge.stattests.chain.sequences import sequence_distribution
+from specgauge.stattests.core.statistics import (MIN_EXPECTED, _pool, goodness_of_fit, ks_uniformity,
                                             min_discrepancy_of_goodness_of_fit, min_num_samples_for_ks_uniformity)
 
 META_RATE = 1e-6

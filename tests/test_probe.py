@@ -18,9 +18,9 @@ from specgauge.errors import ConfigError  # noqa: E402
 from specgauge.fixtures.fake_openai import FakeOpenAI  # noqa: E402
 from specgauge.fixtures.serve import free_port  # noqa: E402
 from specgauge.reports import cli  # noqa: E402
-from specgauge.stattests.server_compare import (one_sample_logprobs, one_sample_reference, two_sample,  # noqa: E402
+from specgauge.stattests.server.compare import (one_sample_logprobs, one_sample_reference, two_sample,  # noqa: E402
                                                 unit_kind)
-from specgauge.stattests.server_probe import (ClientConfig, ProbeConfig, ServerError,  # noqa: E402
+from specgauge.stattests.server.probe import (ClientConfig, ProbeConfig, ServerError,  # noqa: E402
                                               TemperatureIgnoredError, probe, read_probe)
 
 URL = "http://fake"

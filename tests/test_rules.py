@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specgauge.stattests.certify import CertConfig, certify
-from specgauge.stattests.contract import check_emitted, emitted_lengths, load_decoder
+from specgauge.stattests.chain.certify import CertConfig, certify
+from specgauge.stattests.core.contract import check_emitted, emitted_lengths, load_decoder
 from specgauge.stattests.decoders.rules import OneHotDraftDecoder, SampleAndMatchDecoder, TypicalAcceptanceDecoder
-from specgauge.stattests.reference import NumpyDecoder
-from specgauge.stattests.statistics import acceptance_rate_test, goodness_of_fit
+from specgauge.stattests.core.reference import NumpyDecoder
+from specgauge.stattests.core.statistics import acceptance_rate_test, goodness_of_fit
 
 V, GAMMA, B = 6, 2, 60_000
 P = np.array([0.40, 0.25, 0.15, 0.10, 0.06, 0.04])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specgauge.stattests.sampling import NARROW_VOCAB, sample_rows_at
+from specgauge.stattests.core.sampling import NARROW_VOCAB, sample_rows_at
 
 
 def _by_cumsum(probs: np.ndarray, u: np.ndarray) -> np.ndarray:

@@ -7,7 +7,7 @@ import pytest
 from scipy import stats
 
 from specgauge.errors import InvalidDistributionError
-from specgauge.stattests.server_stats import homogeneity, min_discrepancy_of_homogeneity, min_num_samples_for_homogeneity
+from specgauge.stattests.server.stats import homogeneity, min_discrepancy_of_homogeneity, min_num_samples_for_homogeneity
 
 GROUPS, CATEGORIES = 5, 30
 

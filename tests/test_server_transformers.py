@@ -32,10 +32,10 @@ pytest.importorskip("httpx2")
 from specgauge.errors import ConfigError  # noqa: E402
 from specgauge.fixtures.serve import read_trace, transformers_serve  # noqa: E402
 from specgauge.fixtures.tiny_llama import build_tiny_llama, cyclic_prompts  # noqa: E402
-from specgauge.stattests.server_compare import one_sample_logprobs, one_sample_reference, two_sample  # noqa: E402
-from specgauge.stattests.server_probe import (ClientConfig, ProbeConfig, ServerError,  # noqa: E402
+from specgauge.stattests.server.compare import one_sample_logprobs, one_sample_reference, two_sample  # noqa: E402
+from specgauge.stattests.server.probe import (ClientConfig, ProbeConfig, ServerError,  # noqa: E402
                                               TemperatureIgnoredError, probe, read_probe)
-from specgauge.stattests.server_reference import ReferenceModel  # noqa: E402
+from specgauge.stattests.server.reference import ReferenceModel  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the SGLang tree adapter builds torch tensors")
 
 from specgauge.stattests.decoders.sglang_tree import SGLangTreeDecoder, tree_links  # noqa: E402
-from specgauge.stattests.tree_checks import TreeCertConfig, certify_tree  # noqa: E402
+from specgauge.stattests.tree.checks import TreeCertConfig, certify_tree  # noqa: E402
 
 
 def test_tree_links_chain_children_and_siblings():

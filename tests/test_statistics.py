@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 from specgauge.errors import InvalidDistributionError
-from specgauge.stattests.statistics import (TestResult, acceptance_rate_test, expected_tokens_per_pass, goodness_of_fit,
+from specgauge.stattests.core.statistics import (TestResult, acceptance_rate_test, expected_tokens_per_pass, goodness_of_fit,
                                   independence_test, ks_uniformity, min_num_samples_for_goodness_of_fit,
                                   pit_values, pvalue_uniformity, tokens_per_pass_mean_test, tokens_per_pass_pmf,
                                   tokens_per_pass_test, total_variation, validate_probs)

@@ -7,10 +7,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from specgauge.stattests.contract import check_emitted, emitted_lengths, load_decoder  # noqa: E402
+from specgauge.stattests.core.contract import check_emitted, emitted_lengths, load_decoder  # noqa: E402
 from specgauge.stattests.decoders import torch_decoder  # noqa: E402
 from specgauge.stattests.decoders.torch_decoder import TorchDecoder, sample_rows_torch, verify_tensors  # noqa: E402
-from specgauge.stattests.statistics import goodness_of_fit  # noqa: E402
+from specgauge.stattests.core.statistics import goodness_of_fit  # noqa: E402
 
 V, GAMMA = 6, 3
 

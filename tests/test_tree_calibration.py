@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 from specgauge.fixtures.trees import TREE_FIXTURES
-from specgauge.stattests.checks import Rates
-from specgauge.stattests.statistics import pvalue_uniformity
-from specgauge.stattests.tree_checks import TREE_CHECKS
-from specgauge.stattests.tree_harness import TreeRunConfig, run_tree_fixture
-from specgauge.stattests.tree_reference import SpecInferDecoder
-from specgauge.stattests.tree_zoo import ResidualNotUpdated
+from specgauge.stattests.chain.checks import Rates
+from specgauge.stattests.core.statistics import pvalue_uniformity
+from specgauge.stattests.tree.checks import TREE_CHECKS
+from specgauge.stattests.tree.harness import TreeRunConfig, run_tree_fixture
+from specgauge.stattests.tree.reference import SpecInferDecoder
+from specgauge.stattests.tree.zoo import ResidualNotUpdated
 
 CHECKS = ("exactness", "pit-id", "bonus", "sibling-rounds", "accepted-length", "law")
 RUNS = 40

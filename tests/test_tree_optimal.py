@@ -7,9 +7,9 @@ import pytest
 
 from specgauge.fixtures.trees import TREE_FIXTURES
 from specgauge.laws import rank_chosen
-from specgauge.stattests.tree_harness import TreeRunConfig, run_tree_fixture
-from specgauge.stattests.tree_optimal import first_level_report, measured_share_of_optimal, optimal_acceptance
-from specgauge.stattests.tree_reference import SpecInferDecoder
+from specgauge.stattests.tree.harness import TreeRunConfig, run_tree_fixture
+from specgauge.stattests.tree.optimal import first_level_report, measured_share_of_optimal, optimal_acceptance
+from specgauge.stattests.tree.reference import SpecInferDecoder
 
 P = np.array([0.40, 0.25, 0.15, 0.10, 0.06, 0.04])
 Q = np.array([0.35, 0.30, 0.20, 0.10, 0.03, 0.02])

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 from specgauge.stattests import zoo
-from specgauge.stattests.checks import CHECKS
-from specgauge.stattests.contract import ContractViolation
-from specgauge.stattests.reference import NumpyDecoder
-from specgauge.stattests.tree_checks import TreeCertConfig, certify_tree
-from specgauge.stattests.tree_contract import check_tree_emitted, load_tree_decoder
-from specgauge.stattests.tree_reference import ChainAsTree
-from specgauge.stattests.tree_zoo import TREE_ZOO
+from specgauge.stattests.chain.checks import CHECKS
+from specgauge.stattests.core.contract import ContractViolation
+from specgauge.stattests.core.reference import NumpyDecoder
+from specgauge.stattests.tree.checks import TreeCertConfig, certify_tree
+from specgauge.stattests.core.tree_contract import check_tree_emitted, load_tree_decoder
+from specgauge.stattests.tree.reference import ChainAsTree
+from specgauge.stattests.tree.zoo import TREE_ZOO
 
 
 @pytest.mark.parametrize("name", list(TREE_ZOO))
@@ -73,9 +73,9 @@ def test_built_in_tree_decoders_load():
 def test_lossy_tree_rules_fail_the_joint_law_end_to_end(name):
     from specgauge.fixtures.toy_lm import load_toy_lm
     from specgauge.laws import full_tree_parents
-    from specgauge.stattests.sequences import sequence_counts, sequence_distribution
-    from specgauge.stattests.statistics import goodness_of_fit
-    from specgauge.stattests.tree_generate import speculative_tree_generate
+    from specgauge.stattests.chain.sequences import sequence_counts, sequence_distribution
+    from specgauge.stattests.core.statistics import goodness_of_fit
+    from specgauge.stattests.tree.generate import speculative_tree_generate
 
     pair = load_toy_lm("bigram-v6-mid")
     result = speculative_tree_generate(pair.target, pair.draft, pair.prompt, TREE_ZOO[name](),

@@ -19,11 +19,11 @@ from functools import lru_cache
 
 import pytest
 
-from specgauge.stattests.certify import CertConfig, Certificate, certify
-from specgauge.stattests.checks import CHECKS
-from specgauge.stattests.contract import load_decoder
-from specgauge.stattests.reference import NumpyDecoder
-from specgauge.stattests.zoo import EXACT_ALTERNATIVES, ZOO
+from specgauge.stattests.chain.certify import CertConfig, Certificate, certify
+from specgauge.stattests.chain.checks import CHECKS
+from specgauge.stattests.core.contract import load_decoder
+from specgauge.stattests.core.reference import NumpyDecoder
+from specgauge.stattests.chain.zoo import EXACT_ALTERNATIVES, ZOO
 
 TV = 0.03
 SEED = 20261
@@ -122,6 +122,6 @@ def test_zoo_entry_is_documented(name):
 
 @pytest.mark.parametrize("name", list(ZOO))
 def test_zoo_entry_loads_by_spec(name):
-    by_key = load_decoder(f"specgauge.stattests.zoo:{name}")
-    by_class = load_decoder(f"specgauge.stattests.zoo:{ZOO[name].__name__}")
+    by_key = load_decoder(f"specgauge.stattests.chain.zoo:{name}")
+    by_class = load_decoder(f"specgauge.stattests.chain.zoo:{ZOO[name].__name__}")
     assert type(by_key) is type(by_class) is ZOO[name]

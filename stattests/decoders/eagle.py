@@ -28,8 +28,8 @@ import numpy as np
 
 from specgauge.laws import sibling_ranks, tree_depths
 
-from ..contract import PAD
-from ..sampling import sample_rows
+from specgauge.stattests.core.contract import PAD
+from specgauge.stattests.core.sampling import sample_rows
 
 
 def _import_eagle():

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..contract import PAD
+from specgauge.stattests.core.contract import PAD
 
 if TYPE_CHECKING:
     import torch
@@ -204,10 +204,10 @@ def hf_sequence_distribution(model: Any, prompt: "torch.Tensor", length: int) ->
     """P(first ``length`` new tokens = s) under plain sampling from ``model``, float64 [V**L].
 
     Runs the model on every prefix (V**(L−1) contexts, one batch per length); the order
-    of sequences is :func:`specgauge.stattests.sequences.sequence_index`'s.
+    of sequences is :func:`specgauge.stattests.core.lm.sequence_index`'s.
     """
     torch = _require("torch")
-    from ..sequences import all_sequences
+    from specgauge.stattests.core.lm import all_sequences
 
     _check_models(prompt, model)
     vocab = vocab_size(model)

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..contract import PAD
-from ..reference import leviathan_verify
-from ..sampling import sample_rows
+from specgauge.stattests.core.contract import PAD
+from specgauge.stattests.core.reference import leviathan_verify
+from specgauge.stattests.core.sampling import sample_rows
 
 
 def _prefix_emitted(draft_tokens: np.ndarray, accepted: np.ndarray, final: np.ndarray) -> np.ndarray:

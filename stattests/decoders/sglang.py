@@ -30,8 +30,8 @@ import sys
 
 import numpy as np
 
-from ..contract import PAD
-from . import _triton_env
+from specgauge.stattests.core.contract import PAD
+from specgauge.stattests.decoders import _triton_env
 
 _PURPOSE = "SGLang adapter"
 _KERNEL_RELPATH = ("kernels", "ops", "speculative", "reject_sampling.py")

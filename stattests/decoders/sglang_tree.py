@@ -20,8 +20,8 @@ import numpy as np
 
 from specgauge.laws import tree_depths
 
-from ..contract import PAD
-from ..tree_contract import children_table
+from specgauge.stattests.core.contract import PAD
+from specgauge.stattests.core.tree_contract import children_table
 
 
 def tree_links(parents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -102,7 +102,7 @@ def _load_greedy_kernel():
     import sys
     import tempfile
 
-    from . import _triton_env
+    from specgauge.stattests.decoders import _triton_env
 
     purpose = "SGLang greedy tree adapter"
     env = _triton_env.prepare(purpose)

@@ -1,6 +1,6 @@
 """Leviathan's rule in torch: the NumPy reference, batched on CPU or CUDA.
 
-Mirrors :func:`specgauge.stattests.reference.leviathan_verify` operation for operation (float64,
+Mirrors :func:`specgauge.stattests.core.reference.leviathan_verify` operation for operation (float64,
 inverse-CDF sampling), so the two differ only in where the random numbers come from:
 here a ``torch.Generator`` seeded once per call from the contract's NumPy ``rng``.
 """
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
-from ..contract import PAD
+from specgauge.stattests.core.contract import PAD
 
 try:
     import torch

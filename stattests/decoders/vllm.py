@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..contract import PAD
-from . import _triton_env
+from specgauge.stattests.core.contract import PAD
+from specgauge.stattests.decoders import _triton_env
 
 _PURPOSE = "vLLM adapter"
 

@@ -15,31 +15,17 @@ import pandas as pd
 from specgauge.errors import SpecgaugeError
 from specgauge.fixtures.pairs import FIXTURES, PairFixture
 
-from .checks import CHECKS, Check, Rates, failure, position_label
-from .contract import Decoder, decoder_name, load_decoder
-from .harness import FixtureRun, RunConfig, rows_for, run_fixture
-from .sequences import SEQUENCE_CASES, SequenceCase, SequenceRun, run_sequence_case, sequence_sample_size
-from .statistics import (TestResult, itemwise_error_rate, min_num_samples_for_goodness_of_fit,
+from specgauge.stattests.chain.checks import CHECKS, Check, position_label
+from specgauge.stattests.core.certificate import (  # noqa: F401  (re-exported: the suite's old names)
+    COLUMNS, DEFAULT_FALSE_FAIL, DETECTABLE, FAMILIES, Certificate, Rates, assert_certified, certificate_row, failure,
+    record, verdict)
+from specgauge.stattests.core.contract import Decoder, decoder_name, load_decoder
+from specgauge.stattests.chain.harness import FixtureRun, RunConfig, rows_for, run_fixture
+from specgauge.stattests.chain.sequences import SEQUENCE_CASES, SequenceCase, SequenceRun, run_sequence_case, sequence_sample_size
+from specgauge.stattests.core.statistics import (TestResult, itemwise_error_rate, min_num_samples_for_goodness_of_fit,
                          min_num_samples_for_ks_uniformity)
 
-FAMILIES = ("exactness", "optimality")
-COLUMNS = ["decoder", "check", "family", "fixture", "position", "n", "statistic", "pvalue",
-           "false_fail_rate", "min_detectable_tv", "detectable", "observed", "expected", "verdict", "message"]
-#: What each test's ``min_detectable_tv`` bounds, by test name (the certificate's ``detectable`` column).
-DETECTABLE = {
-    "goodness_of_fit": "TV between the pooled bins' distributions",
-    "pit_ks": "largest CDF gap along the vocabulary order (mass moved across one prefix)",
-    "independence": "TV of the pooled joint from the product of its margins",
-    "tail_collisions": "not a TV bound: a relative change of the rare tokens' collision rate (see message)",
-    "acceptance_rate": "shift of the acceptance rate",
-    "tokens_per_pass": "TV of the tokens-per-pass law",
-    "tokens_per_pass_mean": "shift of mean tokens per pass, in tokens",
-}
-
 DEFAULT_TV = 0.005
-#: Family-wise false-fail rate of a whole default certification: the chance that an exact
-#: decoder fails any assertion. Each assertion gets its Bonferroni share.
-DEFAULT_FALSE_FAIL = 1e-4
 #: Every fixture of the plan: distribution pairs and whole-sequence cases.
 ALL_FIXTURES: dict[str, PairFixture | SequenceCase] = {**FIXTURES, **SEQUENCE_CASES}
 
@@ -192,110 +178,11 @@ class CertificationSession:
         """The rows in plan order, however they were run (pytest runs families apart)."""
         order = {(c.name, f.name, position_label(c, f, pos)): i for i, (c, f, pos) in enumerate(plan(slow=True))}
         rows = sorted(self.rows, key=lambda r: order.get((r["check"], r["fixture"], r["position"]), len(order)))
-        return Certificate(pd.DataFrame(rows, columns=COLUMNS))
-
-
-_OBSERVED_EXPECTED = (("observed_rate", "expected_rate"), ("observed_mean", "expected_mean"))
+        return Certificate.from_rows(rows)
 
 
 def _row(name: str, check: Check, fixture, position: int | None, r: TestResult) -> dict:
-    details = dict(r.details or {})
-    message = str(details.get("error", ""))
-    observed = expected = float("nan")
-    for obs_key, exp_key in _OBSERVED_EXPECTED:
-        if obs_key in details:
-            observed, expected = float(details[obs_key]), float(details[exp_key])
-    if "measured_tv" in details:  # goodness of fit: the measured TV against the expected 0
-        observed, expected = float(details["measured_tv"]), 0.0
-    if "observed_collisions" in details:
-        observed, expected = float(details["observed_collisions"]), float(details["expected_collisions"])
-        message = message or f"detects a relative change of {details['detectable_relative_shift']:.2g} in sum r^2"
-    if not message and not r.passed and np.isfinite(observed):
-        message = f"observed {observed:.4g}, expected {expected:.4g}"
-    return {"decoder": name, "check": check.name, "family": check.family,
-            "fixture": fixture.name if fixture else "",
-            "position": position_label(check, fixture, position) if fixture else "", "n": r.n,
-            "statistic": r.statistic, "pvalue": r.pvalue, "false_fail_rate": r.false_fail_rate,
-            "min_detectable_tv": r.min_detectable_tv, "detectable": DETECTABLE.get(r.test, ""),
-            "observed": observed, "expected": expected, "verdict": verdict(r), "message": message}
-
-
-def verdict(result: TestResult) -> str:
-    """"pass", "fail", or "untested" when the position was never reached (n = 0)."""
-    if result.n == 0 and result.passed:
-        return "untested"
-    return "pass" if result.passed else "fail"
-
-
-@dataclass(frozen=True)
-class Certificate:
-    """One row per assertion; verdicts split into exactness and acceptance optimality."""
-
-    frame: pd.DataFrame = field(repr=False)
-
-    @property
-    def passed(self) -> bool:
-        return bool((self.frame["verdict"] != "fail").all())
-
-    @property
-    def failed_checks(self) -> set[str]:
-        return set(self.frame.loc[self.frame["verdict"] == "fail", "check"])
-
-    def _family_passed(self, family: str) -> bool:
-        rows = self.frame[self.frame["family"] == family]
-        return bool((rows["verdict"] != "fail").all())
-
-    @property
-    def verdicts(self) -> dict[str, bool]:
-        """``exact``: every exactness check passed; ``optimal_acceptance``: acceptance is
-        1 − TV and tokens per pass follow the law; ``lossy``: not exact."""
-        exact = self._family_passed("exactness")
-        return {"exact": exact, "optimal_acceptance": self._family_passed("optimality"), "lossy": not exact}
-
-    def acceptance_direction(self) -> str:
-        """"equal", "above" or "below" the per-token law, from the pooled acceptance rows."""
-        rows = self.frame[self.frame["check"] == "acceptance-rate"]
-        failed = rows[rows["verdict"] == "fail"]
-        if failed.empty:
-            return "equal"
-        above = failed["observed"].astype(float) > failed["expected"].astype(float)
-        return "above" if above.mean() >= 0.5 else "below"
-
-    def _why_not_optimal(self) -> str:
-        direction = self.acceptance_direction()
-        if direction == "equal":
-            return "no (tokens per pass off the law)"
-        better = direction == "above" and self._family_passed("exactness")
-        return f"no, acceptance {direction} 1 - TV" + (" (exact, and better than the per-token rule)" if better else "")
-
-    def summary(self) -> str:
-        f = self.frame
-        v = self.verdicts
-        lines = [f"decoder {', '.join(sorted(set(f['decoder'])))}: {len(f)} assertions, "
-                 f"{int((f['verdict'] == 'fail').sum())} failed",
-                 f"  exact: {'yes' if v['exact'] else 'NO'}; optimal acceptance (1 - TV, the law): "
-                 f"{'yes' if v['optimal_acceptance'] else self._why_not_optimal()}"]
-        dist = f[(f["check"] == "exactness") & (f["verdict"] != "untested")]
-        reached = dist.groupby("fixture")["min_detectable_tv"].median()
-        finite = reached[np.isfinite(reached.astype(float))]
-        rate = f["false_fail_rate"].astype(float)
-        if not finite.empty:
-            lines.append(f"  detectable discrepancy of the exactness checks (median over positions; the column "
-                         f"'detectable' says what each bounds): {finite.min():.3g} ({finite.idxmin()}) to "
-                         f"{finite.max():.3g} ({finite.idxmax()}), power 0.999")
-        if rate.notna().any():
-            lines.append(f"  false-fail rate {rate.max():.2g} per assertion; family-wise over the "
-                         f"{len(f)} assertions at most {min(1.0, rate.sum()):.2g}")
-        for _, row in f[f["verdict"] == "fail"].head(12).iterrows():
-            where = f"{row['fixture']}{'-' + row['position'] if row['position'] else ''}"
-            lines.append(f"  FAIL {row['check']}[{where}]: p-value {row['pvalue']:.3g} {row['message']}")
-        return "\n".join(lines)
-
-    def to_csv(self, path, metadata: dict | None = None) -> None:
-        """Write the certificate atomically with its ``.meta.json`` sidecar (version, TV, seed...)."""
-        from specgauge.csvio import write_csv_atomic
-
-        write_csv_atomic(self.frame, path, {"command": "certify", **(metadata or {})})
+    return certificate_row(name, check.name, check.family, fixture.name, position_label(check, fixture, position), r)
 
 
 def certify(decoder: Decoder | str | None = None, config: CertConfig | None = None,
@@ -325,30 +212,3 @@ def certify(decoder: Decoder | str | None = None, config: CertConfig | None = No
         bar.set_postfix_str(fixture.name, refresh=False)
         session.assertion(check, fixture, position)
     return session.certificate()
-
-
-def record(session: CertificationSession, result: TestResult, check: str, fixture: str,
-           position: int | str | None, family: str = "exactness") -> None:
-    """Add a row for an assertion computed outside the fixture checks (whole sequences, say).
-
-    ``family`` decides which verdict it counts towards: "exactness" or "optimality".
-    """
-    if family not in FAMILIES:
-        raise SpecgaugeError(f"unknown family {family!r}; choose from {', '.join(FAMILIES)}")
-    label = "" if position is None else (position if isinstance(position, str) else f"pos{position}")
-    row = _row(session.name, Check(check, family, None, None, None, ""), None, None, result)  # type: ignore[arg-type]
-    row.update(fixture=fixture, position=label)
-    session.rows.append(row)
-
-
-def assert_certified(check, fixture_name: str, result: TestResult) -> None:
-    """One assertion of a certification suite (chains or trees): skip a position the
-    fixture never reaches, else fail with the check's meaning and the test's numbers."""
-    import pytest
-
-    if result.n == 0 and result.passed:
-        pytest.skip(f"{check.name} on {fixture_name}: no samples, the position it tests is never reached")
-    message = f"{check.meaning}\n{result.describe()}"
-    if result.details and "error" in result.details:
-        message += f"\n{result.details['error']}"
-    assert result.passed, message

@@ -12,7 +12,7 @@ which mode ran, what each assertion could detect and how many samples a target T
   positions and prompts is Uniform(0, 1) for an exact sampler (KS test). The logprobs
   must be those of the distribution sampled from (after temperature, top-k, top-p).
 - ``reference``: a local model gives the exact law of every position of every sample by
-  teacher forcing (:mod:`specgauge.stattests.server_reference`); randomized PIT with the
+  teacher forcing (:mod:`specgauge.stattests.server.reference`); randomized PIT with the
   vocabulary ordered by probability (KS), and each prompt's first token by chi-square.
 """
 
@@ -25,9 +25,9 @@ from typing import Any, Callable
 import numpy as np
 
 from specgauge.errors import ConfigError
-from specgauge.stattests.server_probe import ProbeRun
-from specgauge.stattests.server_stats import homogeneity, min_num_samples_for_homogeneity
-from specgauge.stattests.statistics import (DEFAULT_FALSE_FAIL, DEFAULT_FALSE_PASS, TestResult, goodness_of_fit,
+from specgauge.stattests.server.probe import ProbeRun
+from specgauge.stattests.server.stats import homogeneity, min_num_samples_for_homogeneity
+from specgauge.stattests.core.statistics import (DEFAULT_FALSE_FAIL, DEFAULT_FALSE_PASS, TestResult, goodness_of_fit,
                                              ks_uniformity, min_num_samples_for_goodness_of_fit,
                                              min_num_samples_for_ks_uniformity, pit_values)
 

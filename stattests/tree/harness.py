@@ -17,9 +17,9 @@ import numpy as np
 from specgauge.fixtures.trees import TreeFixture
 from specgauge.laws import chosen_from_accept, recursive_rejection, tree_accepted_length_pmf_rows, tree_depths
 
-from .contract import PAD, ContractViolation
-from .sampling import sample_rows
-from .tree_contract import TreeDecoder, check_tree_emitted, children_table
+from specgauge.stattests.core.contract import PAD, ContractViolation
+from specgauge.stattests.core.sampling import sample_rows
+from specgauge.stattests.core.tree_contract import TreeDecoder, check_tree_emitted, children_table
 
 REPRO_ROWS = 16
 GREEDY_ROWS = 20_000  # greedy is checked row by row, exactly

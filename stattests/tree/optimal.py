@@ -84,7 +84,7 @@ def first_level_report(p: np.ndarray, q: np.ndarray, k: int, schemes=("iid", "wi
 
 
 def measured_share_of_optimal(run) -> dict[str, float]:
-    """From a :class:`~specgauge.stattests.tree_harness.TreeRun` on a one-kind fixture: the
+    """From a :class:`~specgauge.stattests.tree.harness.TreeRun` on a one-kind fixture: the
     measured first-level acceptance (the root's drafts accepted), the LP optimum for the
     same drafts, and the share: "exact, at X % of the optimal acceptance"."""
     fx = run.fixture

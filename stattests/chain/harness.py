@@ -16,10 +16,10 @@ import numpy as np
 
 from specgauge.fixtures.pairs import PairFixture
 
-from .deadline import CallTimeout, call_with_deadline
-from .contract import PAD, ContractViolation, Decoder, check_emitted, check_possible, emitted_lengths
-from .sampling import sample_rows
-from .statistics import pit_values, total_variation
+from specgauge.stattests.core.deadline import CallTimeout, call_with_deadline
+from specgauge.stattests.core.contract import PAD, ContractViolation, Decoder, check_emitted, check_possible, emitted_lengths
+from specgauge.stattests.core.sampling import sample_rows
+from specgauge.stattests.core.statistics import pit_values, total_variation
 
 GREEDY_ROWS = 100_000  # greedy is checked row by row, exactly: no sample size to reach
 REPRO_ROWS = 16  # rows verified twice with the same seed: the output must not change

@@ -34,7 +34,7 @@ import numpy as np
 from specgauge.errors import DecoderLoadError
 from specgauge.laws import TREE_SCHEMES, tree_depths, validate_parents
 
-from .contract import PAD, ContractViolation, validate_padded
+from specgauge.stattests.core.contract import PAD, ContractViolation, validate_padded
 
 
 @runtime_checkable
@@ -49,11 +49,11 @@ class TreeDecoder(Protocol):
 
 #: Built-in short names of tree decoders; optional backends import lazily.
 BUILTIN_TREE_DECODERS: dict[str, str] = {
-    "specinfer": "specgauge.stattests.tree_reference:SpecInferDecoder",
-    "rrsw": "specgauge.stattests.tree_reference:WithoutReplacementDecoder",
-    "topk": "specgauge.stattests.tree_reference:TopKTargetOnlyDecoder",
-    "topk-coin": "specgauge.stattests.tree_reference:TopKCoinDecoder",
-    "chain-numpy": "specgauge.stattests.tree_reference:chain_numpy",
+    "specinfer": "specgauge.stattests.tree.reference:SpecInferDecoder",
+    "rrsw": "specgauge.stattests.tree.reference:WithoutReplacementDecoder",
+    "topk": "specgauge.stattests.tree.reference:TopKTargetOnlyDecoder",
+    "topk-coin": "specgauge.stattests.tree.reference:TopKCoinDecoder",
+    "chain-numpy": "specgauge.stattests.tree.reference:chain_numpy",
     "eagle": "specgauge.stattests.decoders.eagle:EagleDecoder",
     "eagle-t0.5": "specgauge.stattests.decoders.eagle:EagleTemperatureDecoder",
     "sglang-tree": "specgauge.stattests.decoders.sglang_tree:SGLangTreeDecoder",

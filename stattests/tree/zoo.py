@@ -1,6 +1,6 @@
 """Tree mutants: the readings argued over in the projects' trackers, and bugs they shipped.
 
-Each changes one step of :class:`specgauge.stattests.tree_reference.TreeVerifier` (the
+Each changes one step of :class:`specgauge.stattests.tree.reference.TreeVerifier` (the
 sibling rule, the uniforms, or the row p is read from) and declares, as the chain zoo
 does, the checks that must catch it and its source. ``tests/test_tree_zoo.py`` certifies
 each one and fails when a declared check stops catching it. SGLang's relaxed thresholds
@@ -13,10 +13,10 @@ import numpy as np
 
 from specgauge.laws import recursive_rejection, tree_depths
 
-from .contract import PAD
-from .sampling import sample_rows
-from .tree_contract import children_table
-from .tree_reference import TopKCoinDecoder, TreeVerifier, first_hit
+from specgauge.stattests.core.contract import PAD
+from specgauge.stattests.core.sampling import sample_rows
+from specgauge.stattests.core.tree_contract import children_table
+from specgauge.stattests.tree.reference import TopKCoinDecoder, TreeVerifier, first_hit
 
 
 class TopKVerifiedWithDraftProbability(TreeVerifier):
@@ -174,7 +174,7 @@ TREE_ZOO: dict[str, type[TreeVerifier]] = {cls.name: cls for cls in [
 
 
 def __getattr__(name: str):
-    """``specgauge.stattests.tree_zoo:NAME`` with NAME a zoo key."""
+    """``specgauge.stattests.tree.zoo:NAME`` with NAME a zoo key."""
     try:
         return TREE_ZOO[name]
     except KeyError:

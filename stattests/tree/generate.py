@@ -14,10 +14,10 @@ import numpy as np
 
 from specgauge.laws import tree_depths, validate_parents
 
-from .contract import PAD
-from .generate import GenerationResult, NextTokenModel
-from .tree_contract import TreeDecoder, check_tree_emitted, children_table
-from .tree_harness import draw_siblings
+from specgauge.stattests.core.contract import PAD
+from specgauge.stattests.core.lm import GenerationResult, NextTokenModel
+from specgauge.stattests.core.tree_contract import TreeDecoder, check_tree_emitted, children_table
+from specgauge.stattests.tree.harness import draw_siblings
 
 
 def speculative_tree_generate(

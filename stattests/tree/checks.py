@@ -1,7 +1,7 @@
 """The tree certification checks and the session that runs them.
 
 Each check turns one :class:`TreeRun` into assertions built from the public statistics
-(:mod:`specgauge.stattests.statistics`). Families as for chains: ``exactness`` checks hold
+(:mod:`specgauge.stattests.core.statistics`). Families as for chains: ``exactness`` checks hold
 for every exact rule; ``optimality`` checks (the root's sibling rounds, the accepted
 length against the scheme's exact law) hold for the scheme's reference rule.
 
@@ -24,13 +24,12 @@ from scipy import stats
 
 from specgauge.fixtures.trees import TREE_FIXTURES, TreeFixture
 
-from .certify import COLUMNS, DEFAULT_FALSE_FAIL, Certificate, record
-from .checks import Rates, failure
-from .contract import PAD
-from .statistics import (TestResult, goodness_of_fit, independence_test, itemwise_error_rate, ks_uniformity,
+from specgauge.stattests.core.certificate import DEFAULT_FALSE_FAIL, Certificate, Rates, failure, record
+from specgauge.stattests.core.contract import PAD
+from specgauge.stattests.core.statistics import (TestResult, goodness_of_fit, independence_test, itemwise_error_rate, ks_uniformity,
                          min_num_samples_for_ks_uniformity, pit_values)
-from .tree_contract import TreeDecoder
-from .tree_harness import TreeRun, TreeRunConfig, run_tree_fixture
+from specgauge.stattests.core.tree_contract import TreeDecoder
+from specgauge.stattests.tree.harness import TreeRun, TreeRunConfig, run_tree_fixture
 
 TreeCheckFn = Callable[[TreeRun, Rates], dict[int | None, TestResult]]
 
@@ -172,7 +171,7 @@ def greedy(run: TreeRun, rates: Rates) -> dict[int | None, TestResult]:
 def optimal_bound(run: TreeRun, rates: Rates) -> dict[int | None, TestResult]:
     """No exact verifier accepts more of the root's drafts than the LP optimum of Hu et al.
     (2025): a one-sided binomial test. The message gives the share of the optimum reached."""
-    from .tree_optimal import measured_share_of_optimal
+    from specgauge.stattests.tree.optimal import measured_share_of_optimal
 
     share = measured_share_of_optimal(run)
     hits = int(round(share["measured"] * run.n))
@@ -281,27 +280,16 @@ class TreeCertificationSession:
             self._results[key] = ({p: failure(check.name, run, self.config.rates, run.error)  # type: ignore[arg-type]
                                    for p in check.positions(fixture)} if run.error else check.run(run, self.config.rates))
         result = self._results[key][position]
-        record(self, result, check.name, fixture.name, position, check.family)  # the chain suite's row format
-        if not self.rows[-1]["message"] and result.details and "message" in result.details:
-            self.rows[-1]["message"] = str(result.details["message"])
+        record(self, result, check.name, fixture.name, position, check.family)
         return result
 
     def certificate(self) -> Certificate:
-        return Certificate(pd.DataFrame(self.rows, columns=COLUMNS))
+        return Certificate.from_rows(self.rows)
 
 
 def tree_summary(cert: Certificate) -> str:
-    """The certificate's summary, with the share of the optimal first-level acceptance:
-    "exact, at 89 % of the optimal acceptance"."""
-    f = cert.frame
-    lines = [cert.summary()]
-    bound = f[(f["check"] == "optimal-bound") & (f["verdict"] != "fail")]
-    shares = bound["message"].str.extract(r"= ([0-9.]+)% of the optimal")[0].astype(float)
-    if cert.verdicts["exact"] and not shares.empty and shares.notna().any():
-        per = ", ".join(f"{fx} {v:.0f}%" for fx, v in zip(bound["fixture"], shares))
-        lines.append(f"  exact, at {shares.min():.0f}-{shares.max():.0f}% of the optimal first-level acceptance "
-                     f"(Hu et al. 2025 LP bound; {per})")
-    return "\n".join(lines)
+    """The certificate's summary (kept for callers of the first tree release)."""
+    return cert.summary()
 
 
 def tree_plan_size(fixtures=None, checks=None) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from specgauge.errors import ConfigError
-from specgauge.stattests.server_probe import ProbeRun
+from specgauge.stattests.server.probe import ProbeRun
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ class Decoder(Protocol):
 
 #: Built-in short names and where they live; optional backends import lazily.
 BUILTIN_DECODERS: dict[str, str] = {
-    "numpy": "specgauge.stattests.reference:NumpyDecoder",
+    "numpy": "specgauge.stattests.core.reference:NumpyDecoder",
     "torch": "specgauge.stattests.decoders.torch_decoder:TorchDecoder",
     "hf": "specgauge.stattests.decoders.hf:HFDecoder",
     "vllm": "specgauge.stattests.decoders.vllm:VLLMDecoder",

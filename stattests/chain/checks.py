@@ -15,10 +15,11 @@ import numpy as np
 
 from specgauge.fixtures.pairs import PairFixture
 
-from .contract import PAD
-from .harness import FixtureRun
-from .sequences import SequenceRun, sequence_counts
-from .statistics import (MIN_EXPECTED, TestResult, _pool, acceptance_rate_test, combine_bonferroni, goodness_of_fit,
+from specgauge.stattests.core.certificate import Rates, failure  # noqa: F401  (failure: re-exported)
+from specgauge.stattests.core.contract import PAD
+from specgauge.stattests.chain.harness import FixtureRun
+from specgauge.stattests.chain.sequences import SequenceRun, sequence_counts
+from specgauge.stattests.core.statistics import (MIN_EXPECTED, TestResult, _pool, acceptance_rate_test, combine_bonferroni, goodness_of_fit,
                          independence_test, ks_uniformity, tail_collision_test, tokens_per_pass_mean_test,
                          tokens_per_pass_test)
 
@@ -28,12 +29,6 @@ TAIL_VOCAB = 64
 #: Up to this many rows per call, every pair of a call's rows is tested; above it, the
 #: call's whole block of rows at once (a calls × tokens table).
 PAIRWISE_CALL_ROWS = 12
-
-
-@dataclass(frozen=True)
-class Rates:
-    false_fail: float
-    false_pass: float
 
 
 CheckFn = Callable[[FixtureRun, Rates], dict[int | None, TestResult]]
@@ -50,10 +45,6 @@ class Check:
     positions: Callable[[PairFixture], list[int | None]]
     meaning: str
     kind: str = "pair"  # the kind of fixture it runs on: "pair" or "sequence"
-
-
-def failure(test: str, run: FixtureRun, rates: Rates, message: str) -> TestResult:
-    return TestResult(test, math.inf, 0.0, run.n, rates.false_fail, math.nan, None, {"error": message})
 
 
 def _emitted_at(run: FixtureRun, k: int) -> np.ndarray:

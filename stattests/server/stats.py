@@ -8,7 +8,7 @@ are too rare to be tested on their own share one bin; the groups' statistics and
 of freedom add up to one test. Pooling is decided by the arms' *combined* counts, which
 carry no information about a difference between the arms, so the test keeps its level.
 
-Same grammar and power discipline as :mod:`specgauge.stattests.statistics`:
+Same grammar and power discipline as :mod:`specgauge.stattests.core.statistics`:
 :func:`homogeneity` returns a :class:`TestResult` with the smallest TV it detects with
 probability ``1 - false_pass_rate``; :func:`min_discrepancy_of_homogeneity` and
 :func:`min_num_samples_for_homogeneity` are its companions.
@@ -22,7 +22,7 @@ import numpy as np
 from scipy import stats
 
 from specgauge.errors import InvalidDistributionError
-from specgauge.stattests.statistics import (DEFAULT_FALSE_FAIL, DEFAULT_FALSE_PASS, TestResult,
+from specgauge.stattests.core.statistics import (DEFAULT_FALSE_FAIL, DEFAULT_FALSE_PASS, TestResult,
                                              min_discrepancy_of_goodness_of_fit)
 
 MIN_EXPECTED_2S = 5.0

@@ -12,8 +12,8 @@ import numpy as np
 
 from specgauge.fixtures.pairs import SEED_DRAFT, SEED_TARGET
 
-from .contract import PAD, Decoder, check_emitted
-from .statistics import tokens_per_pass_mean_test, total_variation
+from specgauge.stattests.core.contract import PAD, Decoder, check_emitted
+from specgauge.stattests.core.statistics import tokens_per_pass_mean_test, total_variation
 
 
 def batch(p: np.ndarray, q: np.ndarray, rows: int, gamma: int, rng: np.random.Generator):

@@ -9,54 +9,12 @@ and the hand-over between rounds are certified together.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 
-from .contract import Decoder, check_emitted, emitted_lengths
-from .sampling import sample_rows
-
-
-class NextTokenModel(Protocol):
-    """A model that gives next-token distributions from its last ``order`` tokens."""
-
-    @property
-    def vocab_size(self) -> int: ...
-
-    @property
-    def order(self) -> int: ...
-
-    def next_probs(self, contexts: np.ndarray) -> np.ndarray: ...
-
-
-@dataclass(frozen=True)
-class GenerationResult:
-    """What a batch of generations produced.
-
-    tokens        int64 [B, L]   the first L new tokens of each sequence
-    round_lengths int64 [B, R]   tokens each verification round emitted (0 once finished);
-                                 column 0 is the first round, started at the prompt
-    """
-
-    tokens: np.ndarray
-    round_lengths: np.ndarray
-    gamma: int
-
-    @property
-    def first_round_lengths(self) -> np.ndarray:
-        """Tokens emitted by the first round (not truncated to L)."""
-        return self.round_lengths[:, 0]
-
-    @property
-    def passes(self) -> np.ndarray:
-        """Target verification passes per sequence."""
-        return (self.round_lengths > 0).sum(axis=1)
-
-    def tokens_per_pass(self) -> float:
-        """Mean tokens per target pass over every round of every sequence."""
-        used = self.round_lengths[self.round_lengths > 0]
-        return float(used.mean())
+from specgauge.stattests.core.contract import Decoder, check_emitted, emitted_lengths
+from specgauge.stattests.core.lm import GenerationResult, NextTokenModel
+from specgauge.stattests.core.sampling import sample_rows
 
 
 def _contexts(buffer: np.ndarray, positions: np.ndarray, order: int) -> np.ndarray:
@@ -80,7 +38,7 @@ def speculative_generate(
 
     Drafting and verification draw from independent children of ``rng`` so a decoder
     change never shifts the draft tokens' stream. Every ``verify`` output is checked
-    against the contract (:func:`specgauge.stattests.contract.check_emitted`) before it is used.
+    against the contract (:func:`specgauge.stattests.core.contract.check_emitted`) before it is used.
     """
     if target.vocab_size != draft.vocab_size:
         raise ValueError(f"target vocabulary {target.vocab_size} != draft vocabulary {draft.vocab_size}")

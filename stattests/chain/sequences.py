@@ -13,20 +13,8 @@ import numpy as np
 
 from specgauge.fixtures.toy_lm import load_toy_lm
 
-from .generate import NextTokenModel
-from .statistics import expected_tokens_per_pass  # noqa: F401  (the law, re-exported beside α_k)
-
-
-def all_sequences(vocab_size: int, length: int) -> np.ndarray:
-    """Every sequence of ``length`` tokens, int64 [V**L, L], in the order of :func:`sequence_index`."""
-    grids = np.indices((vocab_size,) * length).reshape(length, -1)
-    return grids.T.astype(np.int64)
-
-
-def sequence_index(tokens: np.ndarray, vocab_size: int) -> np.ndarray:
-    """Row-major index of each sequence in ``tokens`` [N, L] (token 0 most significant)."""
-    weights = vocab_size ** np.arange(tokens.shape[1] - 1, -1, -1, dtype=np.int64)
-    return tokens.astype(np.int64) @ weights
+from specgauge.stattests.core.lm import NextTokenModel, all_sequences, sequence_index  # noqa: F401  (re-exported)
+from specgauge.stattests.core.statistics import expected_tokens_per_pass  # noqa: F401  (the law, re-exported beside α_k)
 
 
 def sequence_counts(tokens: np.ndarray, vocab_size: int) -> np.ndarray:
@@ -146,7 +134,7 @@ def sequence_sample_size(case: SequenceCase, tv: float, false_fail_rate: float) 
     A function of the case and the rates alone, never of the clock, so one seed gives
     one certificate on any machine.
     """
-    from .statistics import min_num_samples_for_goodness_of_fit
+    from specgauge.stattests.core.statistics import min_num_samples_for_goodness_of_fit
 
     pair = load_toy_lm(case.pair)
     exact = sequence_distribution(pair.target, pair.prompt, case.new_tokens)
@@ -156,8 +144,8 @@ def sequence_sample_size(case: SequenceCase, tv: float, false_fail_rate: float) 
 
 def run_sequence_case(decoder, case: SequenceCase, n: int, seed: int, timeout: float | None = None) -> SequenceRun:
     """Generate ``n`` sequences of ``case`` with ``decoder`` inside the speculative generator."""
-    from .deadline import DeadlineDecoder
-    from .generate import speculative_generate
+    from specgauge.stattests.core.deadline import DeadlineDecoder
+    from specgauge.stattests.chain.generate import speculative_generate
 
     pair = load_toy_lm(case.pair)
     exact = sequence_distribution(pair.target, pair.prompt, case.new_tokens)

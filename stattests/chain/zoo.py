@@ -4,10 +4,10 @@ Every class here honours the decoder contract's signature and gets one thing wro
 way the implementation named in its docstring did. Each declares, in the manner of
 scikit-learn's ``expected_failed_checks``, which certification checks must catch it and
 why; ``tests/test_zoo.py`` certifies each one and fails the build when a declared check
-stops catching its mutant. Load one with ``--specgauge-decoder specgauge.stattests.zoo:NAME`` (NAME is a key
+stops catching its mutant. Load one with ``--specgauge-decoder specgauge.stattests.chain.zoo:NAME`` (NAME is a key
 of :data:`ZOO` or the class name).
 
-Most mutants reuse :func:`specgauge.stattests.reference.leviathan_verify` with a wrong input (the
+Most mutants reuse :func:`specgauge.stattests.core.reference.leviathan_verify` with a wrong input (the
 wrong p, the wrong q, the wrong row), so the mutation is the bug and nothing else.
 """
 
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .contract import PAD
-from .reference import accepted_prefix, assemble, final_rows, leviathan_verify, residual
-from .sampling import sample_rows, sample_rows_at
+from specgauge.stattests.core.contract import PAD
+from specgauge.stattests.core.reference import accepted_prefix, assemble, final_rows, leviathan_verify, residual
+from specgauge.stattests.core.sampling import sample_rows, sample_rows_at
 
 
 def _rule(target_probs, draft_probs, draft_tokens, accept_u, final_u, resample=None) -> np.ndarray:
@@ -510,7 +510,7 @@ ZOO: dict[str, type[_Mutant]] = {cls.name: cls for cls in [
 
 
 def __getattr__(name: str):
-    """``specgauge.stattests.zoo:NAME`` with NAME a zoo key (``resample-from-p`` is not an identifier)."""
+    """``specgauge.stattests.chain.zoo:NAME`` with NAME a zoo key (``resample-from-p`` is not an identifier)."""
     try:
         return ZOO[name] if name in ZOO else EXACT_ALTERNATIVES[name]
     except KeyError:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .contract import PAD
-from .sampling import sample_rows, sample_rows_at
+from specgauge.stattests.core.contract import PAD
+from specgauge.stattests.core.sampling import sample_rows, sample_rows_at
 
 
 def accepted_prefix(target_probs: np.ndarray, draft_probs: np.ndarray, draft_tokens: np.ndarray,

@@ -21,10 +21,10 @@ import numpy as np
 
 from specgauge.laws import tree_depths
 
-from .contract import PAD, Decoder
-from .reference import NumpyDecoder
-from .sampling import sample_rows_at
-from .tree_contract import children_table
+from specgauge.stattests.core.contract import PAD, Decoder
+from specgauge.stattests.core.reference import NumpyDecoder
+from specgauge.stattests.core.sampling import sample_rows_at
+from specgauge.stattests.core.tree_contract import children_table
 
 
 def first_hit(hits: np.ndarray) -> np.ndarray:

@@ -1,0 +1,201 @@
+"""The one certificate model of the gate: chain, tree and server runs write the same rows.
+
+A certificate is a table with one row per assertion (the columns in :data:`COLUMNS`), and
+its verdicts come from the rows alone: ``exact`` when no assertion of the exactness family
+failed, ``optimal_acceptance`` when none of the optimality family failed. Every room builds
+its rows with :func:`certificate_row` (or :func:`record`) and hands them to
+:class:`Certificate`, so the verdict logic and the writer exist once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from specgauge.errors import SpecgaugeError
+from specgauge.stattests.core.statistics import TestResult
+
+FAMILIES = ("exactness", "optimality")
+COLUMNS = ["decoder", "check", "family", "fixture", "position", "n", "statistic", "pvalue",
+           "false_fail_rate", "min_detectable_tv", "detectable", "observed", "expected", "verdict", "message"]
+#: What each test's ``min_detectable_tv`` bounds, by test name (the certificate's ``detectable`` column).
+DETECTABLE = {
+    "goodness_of_fit": "TV between the pooled bins' distributions",
+    "pit_ks": "largest CDF gap along the vocabulary order (mass moved across one prefix)",
+    "independence": "TV of the pooled joint from the product of its margins",
+    "tail_collisions": "not a TV bound: a relative change of the rare tokens' collision rate (see message)",
+    "acceptance_rate": "shift of the acceptance rate",
+    "tokens_per_pass": "TV of the tokens-per-pass law",
+    "tokens_per_pass_mean": "shift of mean tokens per pass, in tokens",
+}
+#: Family-wise false-fail rate of a whole default certification: the chance that an exact
+#: decoder fails any assertion. Each assertion gets its Bonferroni share.
+DEFAULT_FALSE_FAIL = 1e-4
+
+
+@dataclass(frozen=True)
+class Rates:
+    """The error rates one assertion runs at: its share of the family-wise false-fail
+    rate, and the false-pass rate its detectable TV is stated at."""
+
+    false_fail: float
+    false_pass: float
+
+
+def failure(test: str, run, rates: Rates, message: str) -> TestResult:
+    """The result of an assertion whose run broke (the decoder raised, timed out, or
+    violated the contract): a failure at p = 0 carrying the reason."""
+    return TestResult(test, math.inf, 0.0, run.n, rates.false_fail, math.nan, None, {"error": message})
+
+
+def verdict(result: TestResult) -> str:
+    """"pass", "fail", or "untested" when the position was never reached (n = 0)."""
+    if result.n == 0 and result.passed:
+        return "untested"
+    return "pass" if result.passed else "fail"
+
+
+_OBSERVED_EXPECTED = (("observed_rate", "expected_rate"), ("observed_mean", "expected_mean"))
+
+
+def certificate_row(decoder: str, check: str, family: str, fixture: str, position: str,
+                    result: TestResult) -> dict:
+    """One certificate row: the test's numbers, what its detectable TV bounds, and the
+    observed and expected figures a person reads first."""
+    details = dict(result.details or {})
+    message = str(details.get("error", ""))
+    observed = expected = float("nan")
+    for obs_key, exp_key in _OBSERVED_EXPECTED:
+        if obs_key in details:
+            observed, expected = float(details[obs_key]), float(details[exp_key])
+    if "measured_tv" in details:  # goodness of fit: the measured TV against the expected 0
+        observed, expected = float(details["measured_tv"]), 0.0
+    if "observed_collisions" in details:
+        observed, expected = float(details["observed_collisions"]), float(details["expected_collisions"])
+        message = message or f"detects a relative change of {details['detectable_relative_shift']:.2g} in sum r^2"
+    if not message and "message" in details:
+        message = str(details["message"])
+    if not message and not result.passed and np.isfinite(observed):
+        message = f"observed {observed:.4g}, expected {expected:.4g}"
+    return {"decoder": decoder, "check": check, "family": family, "fixture": fixture, "position": position,
+            "n": result.n, "statistic": result.statistic, "pvalue": result.pvalue,
+            "false_fail_rate": result.false_fail_rate, "min_detectable_tv": result.min_detectable_tv,
+            "detectable": DETECTABLE.get(result.test, ""), "observed": observed, "expected": expected,
+            "verdict": verdict(result), "message": message}
+
+
+def record(session, result: TestResult, check: str, fixture: str, position: int | str | None,
+           family: str = "exactness") -> None:
+    """Add a row to ``session.rows`` (any object with ``name`` and ``rows``) for one assertion.
+
+    ``family`` decides which verdict it counts towards: "exactness" or "optimality".
+    """
+    if family not in FAMILIES:
+        raise SpecgaugeError(f"unknown family {family!r}; choose from {', '.join(FAMILIES)}")
+    label = "" if position is None else (position if isinstance(position, str) else f"pos{position}")
+    session.rows.append(certificate_row(session.name, check, family, fixture, label, result))
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """One row per assertion; verdicts split into exactness and acceptance optimality."""
+
+    frame: pd.DataFrame = field(repr=False)
+
+    @classmethod
+    def from_rows(cls, rows: list[dict]) -> "Certificate":
+        return cls(pd.DataFrame(rows, columns=COLUMNS))
+
+    @property
+    def passed(self) -> bool:
+        return bool((self.frame["verdict"] != "fail").all())
+
+    @property
+    def failed_checks(self) -> set[str]:
+        return set(self.frame.loc[self.frame["verdict"] == "fail", "check"])
+
+    def _family_passed(self, family: str) -> bool:
+        rows = self.frame[self.frame["family"] == family]
+        return bool((rows["verdict"] != "fail").all())
+
+    @property
+    def verdicts(self) -> dict[str, bool]:
+        """``exact``: every exactness check passed; ``optimal_acceptance``: acceptance is
+        1 − TV and tokens per pass follow the law; ``lossy``: not exact."""
+        exact = self._family_passed("exactness")
+        return {"exact": exact, "optimal_acceptance": self._family_passed("optimality"), "lossy": not exact}
+
+    def acceptance_direction(self) -> str:
+        """"equal", "above" or "below" the per-token law, from the pooled acceptance rows."""
+        rows = self.frame[self.frame["check"] == "acceptance-rate"]
+        failed = rows[rows["verdict"] == "fail"]
+        if failed.empty:
+            return "equal"
+        above = failed["observed"].astype(float) > failed["expected"].astype(float)
+        return "above" if above.mean() >= 0.5 else "below"
+
+    def _why_not_optimal(self) -> str:
+        direction = self.acceptance_direction()
+        if direction == "equal":
+            return "no (tokens per pass off the law)"
+        better = direction == "above" and self._family_passed("exactness")
+        return f"no, acceptance {direction} 1 - TV" + (" (exact, and better than the per-token rule)" if better else "")
+
+    def _optimal_share(self) -> str | None:
+        """Tree runs: the measured share of the optimal first-level acceptance."""
+        f = self.frame
+        bound = f[(f["check"] == "optimal-bound") & (f["verdict"] != "fail")]
+        shares = bound["message"].str.extract(r"= ([0-9.]+)% of the optimal")[0].astype(float)
+        if not self.verdicts["exact"] or shares.empty or not shares.notna().any():
+            return None
+        per = ", ".join(f"{fx} {v:.0f}%" for fx, v in zip(bound["fixture"], shares))
+        return (f"  exact, at {shares.min():.0f}-{shares.max():.0f}% of the optimal first-level acceptance "
+                f"(Hu et al. 2025 LP bound; {per})")
+
+    def summary(self) -> str:
+        f = self.frame
+        v = self.verdicts
+        lines = [f"decoder {', '.join(sorted(set(f['decoder'])))}: {len(f)} assertions, "
+                 f"{int((f['verdict'] == 'fail').sum())} failed",
+                 f"  exact: {'yes' if v['exact'] else 'NO'}; optimal acceptance (1 - TV, the law): "
+                 f"{'yes' if v['optimal_acceptance'] else self._why_not_optimal()}"]
+        dist = f[(f["check"] == "exactness") & (f["verdict"] != "untested")]
+        reached = dist.groupby("fixture")["min_detectable_tv"].median()
+        finite = reached[np.isfinite(reached.astype(float))]
+        rate = f["false_fail_rate"].astype(float)
+        if not finite.empty:
+            lines.append(f"  detectable discrepancy of the exactness checks (median over positions; the column "
+                         f"'detectable' says what each bounds): {finite.min():.3g} ({finite.idxmin()}) to "
+                         f"{finite.max():.3g} ({finite.idxmax()}), power 0.999")
+        if rate.notna().any():
+            lines.append(f"  false-fail rate {rate.max():.2g} per assertion; family-wise over the "
+                         f"{len(f)} assertions at most {min(1.0, rate.sum()):.2g}")
+        share = self._optimal_share()
+        if share:
+            lines.append(share)
+        for _, row in f[f["verdict"] == "fail"].head(12).iterrows():
+            where = f"{row['fixture']}{'-' + row['position'] if row['position'] else ''}"
+            lines.append(f"  FAIL {row['check']}[{where}]: p-value {row['pvalue']:.3g} {row['message']}")
+        return "\n".join(lines)
+
+    def to_csv(self, path, metadata: dict | None = None) -> None:
+        """Write the certificate atomically with its ``.meta.json`` sidecar (version, TV, seed...)."""
+        from specgauge.csvio import write_csv_atomic
+
+        write_csv_atomic(self.frame, path, {"command": "certify", **(metadata or {})})
+
+
+def assert_certified(check, fixture_name: str, result: TestResult) -> None:
+    """One assertion of a certification suite (chains or trees): skip a position the
+    fixture never reaches, else fail with the check's meaning and the test's numbers."""
+    import pytest
+
+    if result.n == 0 and result.passed:
+        pytest.skip(f"{check.name} on {fixture_name}: no samples, the position it tests is never reached")
+    message = f"{check.meaning}\n{result.describe()}"
+    if result.details and "error" in result.details:
+        message += f"\n{result.details['error']}"
+    assert result.passed, message
