@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(module.main(argv) or 0)
     except SpecgaugeError as exc:
         print(f"specgauge {command}: error: {exc}", file=sys.stderr)
-        return 1
+        return int(getattr(exc, "exit_code", 1))
     except KeyboardInterrupt:
         print(f"specgauge {command}: interrupted", file=sys.stderr)
         return 130

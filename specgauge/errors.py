@@ -2,7 +2,9 @@
 
 
 class SpecgaugeError(Exception):
-    """Base class for every error specgauge raises on purpose."""
+    """Base class for every error specgauge raises on purpose; ``exit_code`` is the CLI's exit status."""
+
+    exit_code = 1
 
 
 class DecoderLoadError(SpecgaugeError):
@@ -15,3 +17,9 @@ class InvalidDistributionError(SpecgaugeError, ValueError):
 
 class ConfigError(SpecgaugeError, ValueError):
     """A simulation configuration, profile or workload file is invalid; the message is one line."""
+
+
+class InputFileError(ConfigError):
+    """A file or file argument the user gave is malformed (wrong type, bad cell, no rows): exit status 2."""
+
+    exit_code = 2
