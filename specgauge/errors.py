@@ -7,6 +7,12 @@ class SpecgaugeError(Exception):
     exit_code = 1
 
 
+class UsageError(SpecgaugeError, ValueError):
+    """An option value the command cannot take (out of range, wrong kind): exit status 2, as argparse's."""
+
+    exit_code = 2
+
+
 class DecoderLoadError(SpecgaugeError):
     """A decoder named by ``--decoder`` could not be loaded."""
 
@@ -19,7 +25,7 @@ class ConfigError(SpecgaugeError, ValueError):
     """A simulation configuration, profile or workload file is invalid; the message is one line."""
 
 
-class InputFileError(ConfigError):
+class InputFileError(ConfigError, UsageError):
     """A file or file argument the user gave is malformed (wrong type, bad cell, no rows): exit status 2."""
 
     exit_code = 2
