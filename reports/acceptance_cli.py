@@ -1,0 +1,242 @@
+"""``specgauge acceptance``: each draft's exact per-position acceptance on the user's prompts.
+
+Writes, beside ``--csv`` (default ``reports/acceptance.csv``): the summary CSV (one row per
+draft and γ), the per-request traces ``<stem>.jsonl`` (``simulate``/``plan --acceptance
+<stem>.jsonl:LABEL`` replay them) and the figure ``<stem>.png``; with ``--plan``, the
+simulated rows ``<stem>_plan.csv`` and the decisions ``<stem>_decision.csv``. Every input
+is checked before anything is written; a bad one is one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from specgauge.csvio import _atomic_write_bytes, resolve_csv_target, write_csv_atomic
+from specgauge.errors import SpecgaugeError
+
+from .acceptance_models import AcceptanceInputError, Loader, NgramProposer, Sampling, load_model, split_label
+from .acceptance_prompts import Request, read_requests
+from .console import say
+
+DEFAULT_GAMMAS = "1,2,3,4,5,6,8"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2, as for every other bad input
+        print(f"specgauge acceptance: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _ints(text: str, flag: str, minimum: int = 1) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise AcceptanceInputError(f"{flag} {text!r}: expected comma-separated integers") from None
+    if not values or min(values) < minimum:
+        raise AcceptanceInputError(f"{flag} {text!r}: expected integers >= {minimum}")
+    return tuple(sorted(set(values)))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="specgauge acceptance", description=(
+        "Measure each draft's acceptance on your prompts by teacher forcing: one forward pass of the target and "
+        "of each draft over prompt + continuation gives α_t = Σ min(p_t, q_t) at every position, exactly."))
+    p.add_argument("--target", required=True, help="HF model directory, toy:PAIR (a shipped toy LM), or MODULE:NAME")
+    p.add_argument("--draft", action="append", required=True, metavar="[LABEL=]SPEC",
+                   help="a draft (repeatable): HF model directory, ngram[:MAX_N] (prompt lookup), toy:PAIR[/target], "
+                   "or MODULE:NAME (a next-token model: vocab_size, order, next_probs)")
+    p.add_argument("--prompts", help="JSONL (strings, token-id lists, prompt/messages/conversations objects), "
+                   "ShareGPT-style .json, or a specgauge probe file (its continuations are reused); "
+                   "default for a toy target: its pair's prompt")
+    p.add_argument("--samples", type=int, default=1, help="continuations per prompt (default 1)")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="continuation length sampled from the target")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--seed", type=int, default=0, help="root seed (continuations, traces, bootstrap, --run)")
+    p.add_argument("--gamma", default=DEFAULT_GAMMAS, help=f"γ values of the summary (default {DEFAULT_GAMMAS})")
+    p.add_argument("--candidates", type=int, default=4, help="ranked candidates per position (n-gram, top-k tree)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32", help="torch dtype of HF models (float32, bfloat16, float16)")
+    p.add_argument("--batch-size", type=int, default=8, help="requests per forward pass")
+    p.add_argument("--csv", default=None, metavar="PATH", help="summary CSV (default reports/acceptance.csv)")
+    p.add_argument("--plot", action=argparse.BooleanOptionalAction, default=None,
+                   help="write the PNG (default: on when matplotlib is installed)")
+    p.add_argument("--no-progress", action="store_true")
+    run = p.add_argument_group("--run: measured against predicted")
+    run.add_argument("--run", action="store_true", help="also run speculative decoding through the reference rule")
+    run.add_argument("--run-gamma", default="4", help="γ values of the run (default 4)")
+    plan = p.add_argument_group("--plan: rank the drafts with the simulator")
+    plan.add_argument("--plan", action="store_true")
+    plan.add_argument("--plan-target", default=None, help="the target's simulator profile (e.g. llama-3.1-8b)")
+    plan.add_argument("--plan-draft", action="append", default=[], metavar="LABEL=PROFILE",
+                      help="a measured draft's simulator draft: a model profile, eagle, mtp or ngram (repeatable)")
+    plan.add_argument("--plan-gpu", default="h200")
+    plan.add_argument("--plan-batch-size", default="1,8,32,128")
+    plan.add_argument("--plan-requests", type=int, default=200)
+    plan.add_argument("--plan-prompt-len", type=int, default=512)
+    plan.add_argument("--plan-output-len", type=int, default=256)
+    return p
+
+
+def _requests(args, tokenizer: str | None) -> list[Request]:
+    if args.prompts is not None:
+        requests = read_requests(args.prompts, tokenizer)
+    elif split_label(args.target)[1].startswith("toy:"):
+        from specgauge.fixtures.toy_lm import load_toy_lm
+
+        pair = split_label(args.target)[1][4:].partition("/")[0]
+        requests = [Request(np.asarray(load_toy_lm(pair).prompt, np.int64), origin=f"toy:{pair} prompt")]
+    else:
+        raise AcceptanceInputError("--prompts is required (only a toy target has a prompt of its own)")
+    if args.samples < 1:
+        raise AcceptanceInputError(f"--samples must be at least 1, got {args.samples}")
+    return [r for r in requests for _ in range(args.samples)]
+
+
+def _prepare(args):
+    """Everything checked before any file is written: models, prompts, options, output paths."""
+    for flag, value in (("--max-new-tokens", args.max_new_tokens), ("--batch-size", args.batch_size),
+                        ("--candidates", args.candidates), ("--plan-requests", args.plan_requests)):
+        if value < 1:
+            raise AcceptanceInputError(f"{flag} must be at least 1, got {value}")
+    gammas = _ints(args.gamma, "--gamma")
+    run_gammas = _ints(args.run_gamma, "--run-gamma") if args.run else ()
+    target_csv = resolve_csv_target(args.csv, default_name="acceptance.csv")
+    if args.plot is None:
+        args.plot = importlib.util.find_spec("matplotlib") is not None
+    if args.plot:
+        from .plots import _pyplot
+
+        _pyplot()
+    loader = Loader(Sampling(args.temperature, args.top_p, args.top_k), args.device, args.dtype, args.batch_size)
+    target = load_model(args.target, "target", loader)
+    drafts = [load_model(spec, "draft", loader) for spec in args.draft]
+    labels = [d.name for d in drafts]
+    if len(set(labels)) != len(labels):
+        raise AcceptanceInputError(f"two drafts share a label ({', '.join(labels)}): name them LABEL=SPEC")
+    tokenizer = getattr(target, "path", None)
+    requests = _requests(args, tokenizer)
+    plan = None
+    if args.plan:
+        from .acceptance_plan import PlanSetting, configs, parse_plan_drafts
+
+        if args.plan_target is None:
+            raise AcceptanceInputError("--plan needs --plan-target, the target's simulator profile (e.g. llama-3.1-8b)")
+        plan = PlanSetting(args.plan_gpu, args.plan_target, parse_plan_drafts(args.plan_draft, labels),
+                           _ints(args.plan_batch_size, "--plan-batch-size"), gammas, args.plan_requests,
+                           args.plan_prompt_len, args.plan_output_len, args.seed)
+        configs(plan, None)
+    return target_csv, target, drafts, requests, gammas, run_gammas, plan
+
+
+def _bar(total: int, desc: str, off: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="req", disable=off, leave=False)
+
+
+def _run(args, target, drafts, requests, run_gammas) -> dict:
+    from .measure_acceptance import run_speculative
+
+    measured = {}
+    for draft in drafts:
+        if isinstance(draft, NgramProposer):
+            say(f"--run: {draft.name} skipped (prompt lookup has no law to verify against; its α is measured)")
+            continue
+        for gamma in run_gammas:
+            with _bar(len(requests) * args.max_new_tokens, f"run {draft.name} γ={gamma}", args.no_progress) as bar:
+                measured[(draft.name, gamma)] = run_speculative(
+                    target, draft, [r.prompt for r in requests], length=args.max_new_tokens, gamma=gamma,
+                    seed=args.seed, progress=lambda n: bar.update(n))
+    return measured
+
+
+def _say_comparison(summary: pd.DataFrame) -> None:
+    run = summary[summary["measured_tokens_per_pass"].notna()] if "measured_tokens_per_pass" in summary else summary[:0]
+    if not len(run):
+        return
+    say("\ntokens per pass: the teacher-forced law against the run through the reference rule (95 % intervals)")
+    for r in run.itertuples():
+        overlap = not (r.measured_ci_high < r.tokens_per_pass_ci_low or r.tokens_per_pass_ci_high < r.measured_ci_low)
+        say(f"  {r.draft} γ={r.gamma}: law {r.tokens_per_pass:.3f} [{r.tokens_per_pass_ci_low:.3f}, "
+            f"{r.tokens_per_pass_ci_high:.3f}]  measured {r.measured_tokens_per_pass:.3f} [{r.measured_ci_low:.3f}, "
+            f"{r.measured_ci_high:.3f}] over {r.measured_rounds} rounds: "
+            + ("intervals overlap" if overlap else "intervals apart: positions are not independent here"))
+
+
+def execute(args) -> int:
+    import json
+
+    from .measure_acceptance import SUMMARY_COLUMNS, measure, summary_rows, trace_records
+
+    target_csv, target, drafts, requests, gammas, run_gammas, plan = _prepare(args)
+    started = time.perf_counter()
+    with _bar(len(requests), "teacher forcing", args.no_progress) as bar:
+        m = measure(target, drafts, requests, length=args.max_new_tokens, seed=args.seed, k=args.candidates,
+                    batch=args.batch_size, progress=lambda n: bar.update(n))
+    elapsed = time.perf_counter() - started
+    tokens = sum(len(c) for c in m.continuations)
+    say(f"teacher forcing: {len(requests)} requests, {tokens} positions, {len(drafts)} draft(s) in {elapsed:.1f} s "
+        f"({tokens / max(elapsed, 1e-9):.0f} positions/s)")
+    measured = _run(args, target, drafts, requests, run_gammas) if args.run else None
+    summary = pd.DataFrame(summary_rows(m, sorted(set(gammas) | set(run_gammas)), args.seed, args.candidates, measured),
+                           columns=SUMMARY_COLUMNS)
+    summary["measured_rounds"] = summary["measured_rounds"].astype("Int64")
+    traces = target_csv.path.with_suffix(".jsonl")
+    records = trace_records(m, args.seed, [r.origin for r in requests])
+    _atomic_write_bytes(traces, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode())
+    metadata = {"command": "acceptance", "arguments": sys.argv[2:] if args.argv is None else args.argv,
+                "seed": args.seed, "traces": traces.name,
+                "sampling": {"temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k}}
+    write_csv_atomic(summary, target_csv.path, metadata)
+    say(f"wrote {traces} (replay: --acceptance {traces}:LABEL with LABEL one of {', '.join(d.label for d in m.drafts)})")
+    say(f"wrote {target_csv.path}")
+    if args.plot:
+        from .acceptance_plot import plot_acceptance
+
+        say(f"wrote {plot_acceptance(m, summary, target_csv.path.with_suffix('.png'))}")
+    first = summary.drop_duplicates("draft")
+    for r in first.itertuples():
+        say(f"  {r.draft}: mean α {r.mean_alpha:.3f} [{r.mean_alpha_ci_low:.3f}, {r.mean_alpha_ci_high:.3f}] "
+            f"over {r.requests} requests; per-rank {r.rank_acceptance}")
+    _say_comparison(summary)
+    if plan is not None:
+        _plan(args, plan, target_csv, traces, summary, metadata)
+    return 0
+
+
+def _plan(args, plan, target_csv, traces: Path, summary: pd.DataFrame, metadata: dict) -> None:
+    from .acceptance_plan import configs, decisions, ranking_lines, simulate_all
+
+    items = configs(plan, traces)
+    with _bar(len(items), "simulate", args.no_progress) as bar:
+        frame = simulate_all(items, progress=lambda n: bar.update(n))
+    alpha = dict(zip(summary["draft"], summary["mean_alpha"]))
+    table = decisions(frame, alpha)
+    rows_path, decision_path = target_csv.sibling("plan"), target_csv.sibling("decision")
+    write_csv_atomic(frame, rows_path, {**metadata, "plan": {"gpu": plan.gpu, "target": plan.target,
+                                                             "drafts": dict(plan.drafts)}})
+    write_csv_atomic(table, decision_path, {**metadata, "source_csv": rows_path.name})
+    say(f"wrote {rows_path}: {len(frame)} simulated configurations")
+    say(f"wrote {decision_path}: {len(table)} decisions")
+    say(f"\ndrafts ranked by predicted output-throughput speed-up on {plan.gpu}, target {plan.target}:")
+    for line in ranking_lines(table):
+        say("  " + line)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    args.argv = argv
+    try:
+        return execute(args)
+    except (AcceptanceInputError, SpecgaugeError) as exc:
+        print(f"specgauge acceptance: error: {exc}", file=sys.stderr)
+        return 2
