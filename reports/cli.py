@@ -15,6 +15,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("specgauge.reports.calibrate", "fit the step-time model to measurements, write a profile"),
     "probe": ("specgauge.reports.probe", "sample an OpenAI-compatible server into a resumable JSONL"),
     "compare": ("specgauge.reports.compare", "certify a server's samples (on vs off, logprobs, local model)"),
+    "acceptance": ("specgauge.reports.acceptance_cli", "measure each draft's acceptance on your prompts by teacher forcing"),
 }
 
 
