@@ -10,48 +10,75 @@ Inputs, any mix (each becomes equations of ``specgauge.simulator.fit``):
 * ``--serve FILE.json[:draft=NAME]``: ``vllm bench serve --save-result`` files. A run
   without speculation contributes its mean TPOT at its ``max_concurrency``; a run with
   speculation (``spec_decode_acceptance_length`` present; ``draft=`` names the proposer:
-  a model, ``eagle`` or ``mtp``) is priced after the fit: what a round costs beyond the
-  verify pass and the speculative-step overhead becomes that proposer's per-round cost.
+  a model, ``eagle``, ``mtp`` or ``ngram``) is priced after the fit: what a round costs
+  beyond the verify pass. Runs of one proposer at two or more concurrencies split it into
+  the engine's overhead per speculative step and the proposer's cost per drafted token;
+  one run makes it all the proposer's per-round cost (``split_speculation``).
 
-Writes a TOML with ``[steps."MODEL@GPU@tpN"]`` (and the proposer's table), prints and
-saves each point's error (``PATH.points.csv``) and, with ``--plot``, a measured-versus-
-fitted PNG.
+Writes one TOML that stands alone for ``--profiles``: the GPU's and the model's tables,
+``[steps."MODEL@GPU@tpN"]`` and the proposer's; prints and saves each point's error
+(``PATH.points.csv``) and, with ``--plot``, a measured-versus-fitted PNG. Each input kind
+has one schema function (``check_steps_frame``, ``check_spec_options``,
+``check_json_object``, ``check_serve_result``) that other readers can reuse.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy.optimize import nnls
 
 from specgauge.csvio import write_csv_atomic
-from specgauge.errors import SpecgaugeError
-from specgauge.simulator.drafts import draft_kind
-from specgauge.simulator.fit import (Equation, StepModelFit, fit_step_model, latency_equation, step_equation,
-                                     tpot_equation)
-from specgauge.simulator.profiles import load_gpu, load_model, step_key
+from specgauge.errors import InputFileError
+from specgauge.simulator.cost import PassCost
+from specgauge.simulator.drafts import build_draft, draft_kind
+from specgauge.simulator.fit import Equation, StepModelFit, fit_step_model, latency_equation, step_equation, tpot_equation
+from specgauge.simulator.profiles import GPU, Model, load_gpu, load_model, step_key
+
+STEP_COLUMNS = ("batched_tokens", "kv_tokens", "ms")
 
 
-class CalibrateError(SpecgaugeError):
-    """A measurement file that cannot be read as the calibration input it claims to be."""
+class CalibrateError(InputFileError):
+    """A measurement file that cannot be read as the calibration input it claims to be (exit status 2)."""
 
 
-def _split_spec(text: str) -> tuple[Path, dict[str, str]]:
+# --------------------------------------------------------------------------- input schemas (one per file kind)
+
+
+def check_spec_options(text: str, allowed: dict[str, type]) -> tuple[Path, dict[str, Any]]:
+    """``PATH[:KEY=VALUE,...]``: the path and its options, each parsed by its type; names a bad one."""
     path, _, rest = text.partition(":") if not Path(text).exists() else (text, "", "")
-    options = {}
+    options: dict[str, Any] = {}
     for item in filter(None, (p.strip() for p in rest.split(","))):
         key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
         if not sep:
-            raise CalibrateError(f"{text!r}: options after ':' are KEY=VALUE, e.g. batch=8,input=512,output=128")
-        options[key.strip()] = value.strip()
+            raise CalibrateError(f"{text!r}: options after ':' are KEY=VALUE, e.g. "
+                                 + ",".join(f"{k}=..." for k in allowed))
+        if key not in allowed:
+            raise CalibrateError(f"{text!r}: unknown option {key!r}; valid: {', '.join(allowed)}")
+        try:
+            options[key] = allowed[key](value)
+        except ValueError:
+            raise CalibrateError(f"{text!r}: {key}={value!r} is not a{'n integer' if allowed[key] is int else ' name'}"
+                                 ) from None
+        if allowed[key] is int and options[key] < 1:
+            raise CalibrateError(f"{text!r}: {key}={value!r} must be >= 1")
     return Path(path), options
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def check_json_object(path: Path) -> dict[str, Any]:
+    """A benchmark result file: one JSON object."""
+    if path.is_dir():
+        raise CalibrateError(f"{str(path)!r} is a folder, not a JSON file")
     try:
         data = json.loads(path.read_text())
     except OSError as exc:
@@ -61,6 +88,50 @@ def _read_json(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise CalibrateError(f"{str(path)!r} does not hold a JSON object")
     return data
+
+
+def check_steps_frame(path: Path) -> pd.DataFrame:
+    """A timed-steps CSV: columns batched_tokens, kv_tokens, ms (numbers), batch and model optional; at least a row."""
+    if path.is_dir():
+        raise CalibrateError(f"--steps {str(path)!r} is a folder, not a CSV file")
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except pd.errors.EmptyDataError:
+        raise CalibrateError(f"{str(path)!r} is empty; needs a header {', '.join(STEP_COLUMNS)} and rows") from None
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise CalibrateError(f"cannot read step times {str(path)!r}: {exc}") from None
+    missing = set(STEP_COLUMNS) - set(frame.columns)
+    if missing:
+        raise CalibrateError(f"{str(path)!r} lacks column(s) {', '.join(sorted(missing))}; needs batched_tokens, "
+                             "kv_tokens, ms (batch and model optional)")
+    if not len(frame):
+        raise CalibrateError(f"{str(path)!r} has a header but no rows")
+    for name in STEP_COLUMNS:
+        values = pd.to_numeric(frame[name], errors="coerce")
+        bad = ~np.isfinite(values.to_numpy(dtype=float)) | (values.to_numpy(dtype=float) < 0)
+        if name == "ms":
+            bad |= values.to_numpy(dtype=float) == 0
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            column = list(frame.columns).index(name) + 1
+            raise CalibrateError(f"{str(path)!r} line {i + 2}, column {column} ({name}): {frame[name].iloc[i]!r} is "
+                                 f"not a number {'> 0' if name == 'ms' else '>= 0'}")
+        frame[name] = values
+    return frame
+
+
+def check_serve_result(data: dict[str, Any], where: str) -> tuple[float, float, float, float]:
+    """A ``vllm bench serve --save-result`` file: (concurrency, mean input, mean output, mean TPOT in s)."""
+    completed = _number(data, "completed", where)
+    concurrency = data.get("max_concurrency")
+    if concurrency is None:
+        raise CalibrateError(f"{where}: run `vllm bench serve` with --max-concurrency so the batch size is known")
+    try:
+        concurrency = float(concurrency)
+    except (TypeError, ValueError):
+        raise CalibrateError(f"{where}: max_concurrency must be a number, got {data['max_concurrency']!r}") from None
+    return (concurrency, _number(data, "total_input_tokens", where) / completed,
+            _number(data, "total_output_tokens", where) / completed, _number(data, "mean_tpot_ms", where) * 1e-3)
 
 
 def _number(data: dict[str, Any], key: str, where: str) -> float:
@@ -73,15 +144,11 @@ def _number(data: dict[str, Any], key: str, where: str) -> float:
     return value
 
 
+# --------------------------------------------------------------------------- equations
+
+
 def steps_equations(path: Path, model: str) -> list[Equation]:
-    try:
-        frame = pd.read_csv(path)
-    except (OSError, ValueError) as exc:
-        raise CalibrateError(f"cannot read step times {str(path)!r}: {exc}") from None
-    missing = {"batched_tokens", "kv_tokens", "ms"} - set(frame.columns)
-    if missing:
-        raise CalibrateError(f"{str(path)!r} lacks column(s) {', '.join(sorted(missing))}; needs batched_tokens, "
-                             "kv_tokens, ms (batch and model optional)")
+    frame = check_steps_frame(path)
     if "model" in frame:
         frame = frame[frame["model"].astype(str).str.lower() == model]
         if not len(frame):
@@ -91,8 +158,8 @@ def steps_equations(path: Path, model: str) -> list[Equation]:
 
 
 def latency_equation_from(text: str) -> Equation:
-    path, options = _split_spec(text)
-    data = _read_json(path)
+    path, options = check_spec_options(text, {"batch": int, "input": int, "output": int})
+    data = check_json_object(path)
     shape = {key: options.get(key, data.get(name)) for key, name in
              (("batch", "batch_size"), ("input", "input_len"), ("output", "output_len"))}
     if any(v is None for v in shape.values()):
@@ -100,19 +167,10 @@ def latency_equation_from(text: str) -> Equation:
                              f"give it as {path}:batch=B,input=I,output=O")
     try:
         batch, input_len, output_len = (int(shape[k]) for k in ("batch", "input", "output"))
-    except ValueError:
-        raise CalibrateError(f"{text!r}: batch, input and output must be integers") from None
+    except (TypeError, ValueError):
+        raise CalibrateError(f"{str(path)!r}: batch_size, input_len and output_len must be integers") from None
     return latency_equation(batch, input_len, output_len, _number(data, "avg_latency", str(path)),
                             f"{path.name} (latency, batch {batch})")
-
-
-def _serve_shape(data: dict[str, Any], where: str) -> tuple[float, float, float, float]:
-    completed = _number(data, "completed", where)
-    concurrency = data.get("max_concurrency")
-    if concurrency is None:
-        raise CalibrateError(f"{where}: run `vllm bench serve` with --max-concurrency so the batch size is known")
-    return (float(concurrency), _number(data, "total_input_tokens", where) / completed,
-            _number(data, "total_output_tokens", where) / completed, _number(data, "mean_tpot_ms", where) * 1e-3)
 
 
 def _spec_gamma(data: dict[str, Any], where: str) -> int:
@@ -125,33 +183,103 @@ def _spec_gamma(data: dict[str, Any], where: str) -> int:
                          "or spec_decode_per_position_acceptance_rates to know γ")
 
 
-def proposer_round_ms(fit: StepModelFit, data: dict[str, Any], where: str, spec_overhead_ms: float) -> float:
-    """What a speculative round cost beyond its verify pass and ``spec_overhead_ms``, in ms.
+def calibration_prior(gpu: GPU, model: Model, tp: int) -> PassCost:
+    """The datasheet prior of a whole measured step: the pass plus the engine's per-step and per-token costs."""
+    prior = PassCost.prior(gpu, model, tp)
+    return replace(prior, c_fixed=prior.c_fixed + gpu.step_overhead_ms * 1e-3,
+                   c_token=prior.c_token + gpu.sample_us_per_token * 1e-6)
 
-    The fitted steps were timed whole (engine overhead inside), so the profile sets the
-    engine's per-step and speculative overheads to 0 and the residual is the proposer's."""
-    concurrency, input_len, output_len, tpot = _serve_shape(data, where)
+
+@dataclasses.dataclass(frozen=True)
+class SpecRun:
+    """A speculative serve run: its shape and what a round cost beyond the fitted verify pass."""
+
+    where: str
+    kind: str
+    proposer: str
+    concurrency: float
+    gamma: int
+    extra_s: float
+    prior_s: float
+
+
+def spec_run(fit: StepModelFit, data: dict[str, Any], where: str, draft: str, *, gpu: GPU, model: Model, tp: int,
+             profiles: str | None) -> SpecRun:
+    """What a speculative round cost beyond its verify pass, and what the proposer's prior says it costs."""
+    concurrency, input_len, output_len, tpot = check_serve_result(data, where)
     accepted_length = _number(data, "spec_decode_acceptance_length", where)
     gamma = _spec_gamma(data, where)
     kv = concurrency * (input_len + output_len / 2)
-    verify = fit.predict(concurrency * (gamma + 1), kv)
-    return (tpot * accepted_length - float(verify)) * 1e3 - spec_overhead_ms
+    verify = float(fit.predict(concurrency * (gamma + 1), kv))
+    kind = draft_kind(draft)
+    proposer = load_model(draft, profiles).name if kind == "model" else f"{kind}:{model.name}"
+    built = build_draft(draft, gpu=gpu, target=model, target_cost=fit.cost, tp=tp, draft_tp=None, profiles=None,
+                        ratio=None)
+    prior = float(built.cost.round(concurrency, gamma, gamma, kv, verify)) if built is not None else 0.0
+    return SpecRun(where, kind, proposer, concurrency, gamma, tpot * accepted_length - verify, prior)
 
 
-def _toml_table(key: str, values: dict[str, Any]) -> str:
-    lines = [f'[steps."{key}"]']
-    for name, value in values.items():
-        text = json.dumps(value) if isinstance(value, str) else ("true" if value is True else "false" if value is False
-                                                                  else f"{value:.6g}")
-        lines.append(f"{name} = {text}")
+def split_speculation(runs: list[SpecRun]) -> tuple[float | None, dict[str, tuple[float, float]], str]:
+    """(overhead per speculative step in s, {proposer: (per-round s, per drafted token s)}, how it was split).
+
+    Runs of one proposer at two or more loads separate a per-step overhead (the engine's:
+    scheduling, rejection sampling) from a cost per drafted token (the proposer's): the
+    round's extra cost is ``s + p · concurrency · γ``. One run cannot: its whole extra cost
+    becomes the proposer's per-round cost, and the engine's overhead is left at 0."""
+    by: dict[str, list[SpecRun]] = {}
+    for run in runs:
+        by.setdefault(run.proposer, []).append(run)
+    overhead: list[float] = []
+    proposers: dict[str, tuple[float, float]] = {}
+    notes = []
+    for proposer, group in by.items():
+        loads = {r.concurrency * r.gamma for r in group}
+        if len(loads) >= 2:
+            a = np.array([[1.0, r.concurrency * r.gamma] for r in group])
+            b = np.array([r.extra_s for r in group])
+            (s, p), _ = nnls(a, b)
+            overhead.append(float(s))
+            proposers[proposer] = (0.0, float(p))
+            notes.append(f"{proposer}: {len(group)} runs at {len(loads)} loads: {s * 1e3:.3g} ms per speculative "
+                         f"step + {p * 1e6:.3g} us per drafted token")
+        else:
+            extra = float(np.mean([r.extra_s for r in group]))
+            proposers[proposer] = (extra, 0.0)
+            notes.append(f"{proposer}: one load only, so its {extra * 1e3:.3g} ms a round is the proposer's whole "
+                         "cost (serve runs at two concurrencies separate the per-step overhead)")
+    return (float(np.mean(overhead)) if overhead else None), proposers, "; ".join(notes)
+
+
+# --------------------------------------------------------------------------- output
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, float) and math.isinf(value):
+        return "inf"
+    if isinstance(value, int):
+        return str(value)
+    return f"{value:.6g}"
+
+
+def toml_table(kind: str, key: str, values: dict[str, Any]) -> str:
+    lines = [f'[{kind}."{key}"]'] + [f"{name} = {_toml_value(v)}" for name, v in values.items() if v is not None]
     return "\n".join(lines) + "\n"
+
+
+def profile_fields(profile: Any) -> dict[str, Any]:
+    """A GPU or model profile's fields as a table (name left out), so the output stands alone."""
+    return {f.name: getattr(profile, f.name) for f in dataclasses.fields(profile) if f.name != "name"}
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="specgauge calibrate",
-        description="Fit c_fixed + c_token·batched_tokens + c_kv·kv_tokens to measured step times and write a "
-                    "profile TOML for --profiles.")
+        description="Fit c_fixed + blend(c_weight, c_token·batched_tokens; knee) + c_kv·kv_tokens to measured step "
+                    "times and write a profile TOML (GPU, model and steps) for --profiles.")
     parser.add_argument("--gpu", required=True, help="GPU profile the measurements were taken on (h100, h200, ...)")
     parser.add_argument("--target", required=True, help="model profile that was measured")
     parser.add_argument("--tp", type=int, default=1, help="tensor-parallel degree of the measured engine (default 1)")
@@ -161,7 +289,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a `vllm bench latency --output-json` file and the run's shape")
     parser.add_argument("--serve", action="append", default=[], metavar="JSON[:draft=NAME]",
                         help="a `vllm bench serve --save-result` file, with or without speculation")
-    parser.add_argument("--profiles", default=None, help="extra GPU/model profiles (TOML/JSON) the names refer to")
+    parser.add_argument("--profiles", default=None,
+                        help="extra GPU/model profiles (TOML/JSON, several comma-separated) the names refer to")
     parser.add_argument("--out", default="calibrated.toml", help="profile TOML to write (default calibrated.toml)")
     parser.add_argument("--plot", action="store_true", help="write a measured-versus-fitted PNG beside --out")
     return parser
@@ -169,59 +298,70 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    gpu = load_gpu(args.gpu, args.profiles)
-    model = load_model(args.target, args.profiles)
     if args.tp < 1:
         raise CalibrateError(f"--tp must be >= 1, got {args.tp}")
     out = Path(args.out)
+    if out.is_dir():
+        raise CalibrateError(f"--out {str(out)!r} is a folder; give a file name such as {str(out / 'calibrated.toml')!r}")
     if not out.parent.exists():
         raise CalibrateError(f"the folder of --out {str(out)!r} does not exist")
+    gpu = load_gpu(args.gpu, args.profiles)
+    model = load_model(args.target, args.profiles)
     equations: list[Equation] = []
     for path in args.steps:
         equations += steps_equations(Path(path), model.name)
     equations += [latency_equation_from(text) for text in args.latency]
     speculative: list[tuple[dict[str, Any], str, str]] = []
     for text in args.serve:
-        path, options = _split_spec(text)
-        data = _read_json(path)
+        path, options = check_spec_options(text, {"draft": str})
+        data = check_json_object(path)
         if data.get("spec_decode_acceptance_length") is not None:
             if "draft" not in options:
                 raise CalibrateError(f"{str(path)!r} is a speculative run: name its proposer, {path}:draft=eagle")
             speculative.append((data, str(path), options["draft"]))
             continue
-        concurrency, input_len, output_len, tpot = _serve_shape(data, str(path))
+        concurrency, input_len, output_len, tpot = check_serve_result(data, str(path))
         equations.append(tpot_equation(concurrency, input_len, output_len, tpot, f"{path.name} (serve TPOT)"))
     if not equations:
         raise CalibrateError("nothing to fit: give --steps, --latency or --serve files without speculation")
-    fit = fit_step_model(equations)
+    fit = fit_step_model(equations, calibration_prior(gpu, model, args.tp))
+    runs = [spec_run(fit, data, where, draft, gpu=gpu, model=model, tp=args.tp, profiles=args.profiles)
+            for data, where, draft in speculative]
+    spec_overhead, proposers, split_note = split_speculation(runs)
     sources = ", ".join(sorted({label.split(" ")[0].split(":")[0] for label in fit.labels}))
     key = step_key(model.name, gpu.name, args.tp)
     text = (f"# Written by specgauge calibrate: {len(equations)} measurements, worst-case error "
-            f"{fit.worst_error:.1%}, RMS {fit.rms_error:.1%}. Use with --profiles {out.name}.\n\n")
-    text += _toml_table(key, {
-        "c_fixed_ms": fit.c_fixed * 1e3, "c_token_us": fit.c_token * 1e6, "c_kv_ns": fit.c_kv * 1e9,
-        "includes_engine": True, "step_overhead_ms": 0.0, "spec_overhead_ms": 0.0,
+            f"{fit.worst_error:.1%}, RMS {fit.rms_error:.1%}. Use with --profiles {out.name}.\n"
+            f"# {fit.describe()}\n\n")
+    text += toml_table("gpus", gpu.name, profile_fields(gpu)) + "\n" + toml_table("models", model.name,
+                                                                                     profile_fields(model)) + "\n"
+    held = f"; held at the datasheet prior: {', '.join(fit.held)}" if fit.held else ""
+    text += toml_table("steps", key, {
+        "c_fixed_ms": fit.c_fixed * 1e3, "c_weight_ms": fit.c_weight * 1e3, "knee": fit.knee,
+        "c_token_us": fit.c_token * 1e6, "c_kv_ns": fit.c_kv * 1e9,
+        "includes_engine": True, "step_overhead_ms": 0.0, "spec_overhead_ms": (spec_overhead or 0.0) * 1e3,
         "source": f"fitted by specgauge calibrate from {len(equations)} measurements ({sources}); worst-case "
-                  f"error {fit.worst_error:.1%}"})
-    for data, where, draft in speculative:
-        kind = draft_kind(draft)
-        proposer = load_model(draft, args.profiles).name if kind == "model" else f"{kind}:{model.name}"
-        round_ms = proposer_round_ms(fit, data, where, 0.0)
-        if round_ms <= 0:
-            print(f"warning: {where}: the round costs no more than its verify pass and overhead "
-                  f"({round_ms:.3f} ms); no proposer cost written")
+                  f"error {fit.worst_error:.1%}{held}"})
+    for proposer, (round_s, token_s) in proposers.items():
+        if round_s <= 0 and token_s <= 0:
+            print(f"warning: {proposer}: a round costs no more than its verify pass and overhead; no proposer cost "
+                  "written")
             continue
-        text += "\n" + _toml_table(step_key(proposer, gpu.name, args.tp), {
-            "c_fixed_ms": round_ms, "c_token_us": 0.0, "c_kv_ns": 0.0, "per_round": True,
-            "source": f"specgauge calibrate: a speculative round's cost beyond verification in {Path(where).name}"})
+        text += "\n" + toml_table("steps", step_key(proposer, gpu.name, args.tp), {
+            "c_fixed_ms": round_s * 1e3, "c_token_us": token_s * 1e6, "c_kv_ns": 0.0, "per_round": True,
+            "source": f"specgauge calibrate: speculative serve runs' cost beyond verification ({split_note})"})
     out.write_text(text)
     points = pd.DataFrame({"measurement": fit.labels, "measured_ms": fit.measured * 1e3,
                            "fitted_ms": fit.fitted * 1e3, "relative_error": fit.relative_error})
     points_path = out.with_suffix(".points.csv")
     write_csv_atomic(points, points_path, {"command": "calibrate", "arguments": argv, "profile": out.name})
     print(points.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    print(f"\nc_fixed {fit.c_fixed * 1e3:.4g} ms (± {fit.se[0] * 1e3:.2g}), c_token {fit.c_token * 1e6:.4g} us "
-          f"(± {fit.se[1] * 1e6:.2g}), c_kv {fit.c_kv * 1e9:.4g} ns (± {fit.se[2] * 1e9:.2g}) per token")
+    print(f"\n{fit.describe()}")
+    if fit.held:
+        print(f"note: these measurements cannot separate {', '.join(fit.held)} from the other terms; held at the "
+              "datasheet prior (vary the batch size and the context length independently to fit it)")
+    if split_note:
+        print(f"speculation: {split_note}")
     print(f"worst-case error {fit.worst_error:.1%}, RMS {fit.rms_error:.1%} over {len(equations)} measurements")
     print(f"wrote {out} and {points_path}")
     if args.plot:

@@ -58,16 +58,17 @@ def resolve(config: SimulationConfig) -> Setup:
                   "" if config.draft_tp else "; set --draft-tp 1 (vLLM's speculative_draft_tensor_parallel_size)")
     fit = load_step_fit(target.name, gpu.name, config.tp, config.profiles)
     target_cost = PassCost.build(gpu, target, config.tp, fit)
+    overhead = EngineOverhead.for_target(gpu, fit)
     draft = build_draft(config.draft, gpu=gpu, target=target, target_cost=target_cost, tp=config.tp,
                         draft_tp=config.draft_tp, profiles=config.profiles, ratio=config.draft_cost_ratio,
-                        empty=config.empty_proposals, kv_budget=config.draft_kv_budget)
+                        empty=config.empty_proposals, kv_budget=config.draft_kv_budget, overhead=overhead)
     if config.speculative and draft is None:
         raise ConfigError("speculation (gamma > 0) needs a draft (--draft MODEL, eagle, mtp or ngram) or a fixed "
                           "--draft-cost-ratio; use --gamma 0 for no speculation")
     if config.length_dist == "fixed" and config.prompt_len + config.output_len > target.max_position:
         raise ConfigError(f"prompt_len + output_len = {config.prompt_len + config.output_len} exceeds "
                           f"{target.name}'s context of {target.max_position} tokens")
-    return Setup(gpu, target, target_cost, EngineOverhead.for_target(gpu, fit), draft)
+    return Setup(gpu, target, target_cost, overhead, draft)
 
 
 def memory_plan(config: SimulationConfig, setup: Setup | None = None) -> MemoryPlan:

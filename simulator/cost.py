@@ -1,21 +1,28 @@
-"""Step times: ``c_fixed + c_token · batched_tokens + c_kv · kv_tokens_read`` per pass, plus the engine's own cost.
+"""Step times: a pass is flat while it streams its weights and grows with tokens past the knee.
 
-This is the form SpecDecode-Bench fits to vLLM (arXiv 2601.11580): a pass pays a fixed
-cost (weights streamed once, kernel launches per layer, all-reduce latency), a cost per
-batched token (GEMM arithmetic, all-reduce volume) and a cost per cached token read.
-Unlike a roofline's max(memory, compute), the terms add, so the B x (γ + 1) tokens of a
-verification pass cost their share even far below the ridge, as measured passes do.
-Attention arithmetic is the one roofline left: a pass pays max(KV read, attention FLOPs).
+One forward pass over ``tokens`` new tokens reading ``kv`` cached tokens costs
+
+    c_fixed + blend(c_weight + c_expert·distinct_experts(tokens), c_token·tokens; knee)
+            + max(c_kv·kv, c_attn·attn)
+
+``c_fixed`` is launch and all-reduce latency; ``c_weight`` streaming the weights every pass
+reads (a MoE target: all but the routed experts, whose traffic grows with the experts a
+batch touches, ``Model.distinct_experts``); ``c_token`` the GEMMs' arithmetic per token;
+``blend`` (``knee`` = p) is ``(a^p + b^p)^(1/p)``: p = 1 adds the two (every verified token
+pays full GEMM time, as the published additive fits say), p = inf is the roofline's max (a
+token is free until the ridge). Attention reads the KV (or computes, whichever is
+longer) whatever the knee, and the engine's own costs (per step, per speculative step,
+per token) are separate: ``EngineOverhead``.
 
 Coefficients come from a fit (``profiles.StepFit``: published, or the user's own from
 ``specgauge calibrate``) or, without one, from the datasheet prior (``PassCost.prior``):
-bandwidth, peak FLOP/s, launch cost per layer and achieved fractions of each. Every
-``PassCost`` names its ``source``. All methods broadcast over NumPy arrays so the engine
-can price many rounds at once.
+bandwidth, peak FLOP/s, launch cost per layer, achieved fractions and the GPU's knee.
+Every ``PassCost`` names its ``source``. All methods broadcast over NumPy arrays.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -26,67 +33,119 @@ from specgauge.simulator.profiles import GPU, Model, StepFit
 PRIOR = "datasheet prior"
 
 
+def blend(a, b, knee: float):
+    """``(a^p + b^p)^(1/p)`` for p = ``knee`` >= 1: the sum at 1, the max at infinity, between in between."""
+    if knee == 1:
+        return a + b
+    if math.isinf(knee):
+        return np.maximum(a, b)
+    hi = np.maximum(a, b)
+    lo = np.minimum(a, b)
+    ratio = np.divide(lo, hi, out=np.zeros_like(np.asarray(hi, dtype=float)), where=np.asarray(hi) > 0)
+    return hi * (1.0 + ratio ** knee) ** (1.0 / knee)
+
+
 @dataclass(frozen=True)
 class PassCost:
-    """Seconds of one forward pass: ``c_fixed + c_token·tokens + max(c_kv·kv, c_attn·attn)``."""
+    """Seconds of one forward pass (see the module's formula)."""
 
     c_fixed: float
     c_token: float
     c_kv: float
     c_attn: float = 0.0
+    c_weight: float = 0.0
+    knee: float = 1.0
+    c_expert: float = 0.0              # streaming one routed expert of every MoE layer
+    experts: int = 0
+    experts_per_token: int = 0
     source: str = PRIOR
 
     @classmethod
     def from_shape(cls, gpu: GPU, *, linear_params: float, kv_bytes_per_token: float, attn_flops_per_ctx: float,
-                   layers: int, hidden: int, dtype_bytes: int, tp: int = 1, layer_overhead_us: float | None = None
-                   ) -> "PassCost":
-        """The datasheet prior of a pass over a network of this shape, split over ``tp`` GPUs."""
+                   layers: int, hidden: int, dtype_bytes: int, tp: int = 1, layer_overhead_us: float | None = None,
+                   weight_params: float | None = None, expert_params: float = 0.0, moe_layers: int = 0,
+                   experts: int = 0, experts_per_token: int = 0) -> "PassCost":
+        """The datasheet prior of a pass over a network of this shape, split over ``tp`` GPUs.
+
+        ``linear_params``: multiplied per token; ``weight_params``: streamed by every pass
+        (default the same); a MoE adds ``expert_params`` per routed expert touched in each of
+        its ``moe_layers``."""
         per_gpu = 1.0 / tp
         launch = gpu.layer_overhead_us if layer_overhead_us is None else layer_overhead_us
-        c_fixed = linear_params * dtype_bytes * per_gpu / (gpu.bandwidth * gpu.efficiency) + layers * launch * 1e-6
-        c_token = 2.0 * linear_params * per_gpu / (gpu.peak_flops * gpu.mfu)
+        stream = dtype_bytes * per_gpu / (gpu.bandwidth * gpu.efficiency)
+        peak = gpu.peak_flops_for(dtype_bytes) * gpu.mfu
+        c_fixed = layers * launch * 1e-6
+        c_token = 2.0 * linear_params * per_gpu / peak
         if tp > 1:
             # Two ring all-reduces per layer over tokens x hidden activations.
             ring = 2.0 * (tp - 1) / tp
-            c_token += 2 * layers * ring * hidden * dtype_bytes / gpu.link_bandwidth
+            c_token += 2 * layers * ring * hidden * 2 / gpu.link_bandwidth
             c_fixed += 2 * layers * gpu.allreduce_latency_us * 1e-6
         return cls(c_fixed=c_fixed, c_token=c_token,
                    c_kv=kv_bytes_per_token * per_gpu / (gpu.bandwidth * gpu.kv_efficiency),
-                   c_attn=attn_flops_per_ctx * per_gpu / (gpu.peak_flops * gpu.mfu), source=PRIOR)
+                   c_attn=attn_flops_per_ctx * per_gpu / (gpu.peak_flops * gpu.mfu),
+                   c_weight=(linear_params if weight_params is None else weight_params) * stream, knee=gpu.knee,
+                   c_expert=expert_params * moe_layers * stream, experts=experts,
+                   experts_per_token=experts_per_token, source=PRIOR)
 
     @classmethod
     def prior(cls, gpu: GPU, model: Model, tp: int = 1, layer_overhead_us: float | None = None) -> "PassCost":
-        return cls.from_shape(gpu, linear_params=model.linear_params, kv_bytes_per_token=model.kv_bytes_per_token,
-                              attn_flops_per_ctx=4.0 * model.layers * model.heads * model.head_dim,
-                              layers=model.layers, hidden=model.hidden, dtype_bytes=model.dtype_bytes, tp=tp,
-                              layer_overhead_us=layer_overhead_us)
+        if model.is_mla:   # absorbed MLA: scores over the latent and RoPE part, values over the latent
+            attn = 2.0 * model.layers * model.heads * (2 * model.kv_lora_rank + model.qk_rope_head_dim)
+        else:
+            attn = 4.0 * model.layers * model.heads * model.head_dim
+        # from_shape splits KV over tp; MLA's latent is replicated, so its per-GPU bytes are scaled back up.
+        return cls.from_shape(gpu, linear_params=model.linear_params, kv_bytes_per_token=model.kv_bytes_per_gpu(tp) * tp,
+                              attn_flops_per_ctx=attn, layers=model.layers, hidden=model.hidden,
+                              dtype_bytes=model.dtype_bytes, tp=tp, layer_overhead_us=layer_overhead_us,
+                              weight_params=model.dense_weight_params, expert_params=model.expert_params,
+                              moe_layers=model.moe_layers, experts=model.experts,
+                              experts_per_token=model.experts_per_token)
 
     @classmethod
     def from_fit(cls, fit: StepFit, attn_from: "PassCost | None" = None) -> "PassCost":
-        """A fit's coefficients; attention arithmetic (not in the fit's form) from the prior."""
+        """A fit's coefficients; attention arithmetic (not in the fit's form) and a MoE's expert
+        traffic from the prior."""
+        moe = {} if attn_from is None else dict(c_expert=attn_from.c_expert, experts=attn_from.experts,
+                                                experts_per_token=attn_from.experts_per_token)
         return cls(c_fixed=fit.c_fixed_ms * 1e-3, c_token=fit.c_token_us * 1e-6, c_kv=fit.c_kv_ns * 1e-9,
                    c_attn=fit.c_attn_ns * 1e-9 if fit.c_attn_ns is not None else
-                   attn_from.c_attn if attn_from is not None else 0.0, source=fit.source)
+                   attn_from.c_attn if attn_from is not None else 0.0, c_weight=fit.c_weight_ms * 1e-3,
+                   knee=fit.knee, source=fit.source, **moe)
 
     @classmethod
     def build(cls, gpu: GPU, model: Model, tp: int = 1, fit: StepFit | None = None) -> "PassCost":
         prior = cls.prior(gpu, model, tp)
         return prior if fit is None else cls.from_fit(fit, prior)
 
+    def weights(self, tokens):
+        """Seconds streaming weights: the dense part plus the routed experts ``tokens`` touch."""
+        if not self.experts:
+            return self.c_weight
+        e, k = self.experts, self.experts_per_token
+        touched = e * (1.0 - np.power(1.0 - k / e, np.asarray(tokens, dtype=float)))
+        return self.c_weight + self.c_expert * touched
+
+    def linear(self, tokens):
+        """Seconds of the pass's matrices: weight streaming and GEMM arithmetic, blended at the knee."""
+        return blend(self.weights(tokens), self.c_token * np.asarray(tokens, dtype=float), self.knee)
+
     def time(self, tokens, kv, attn):
         """Seconds for a pass over ``tokens`` new tokens reading ``kv`` cached tokens.
 
         ``attn`` is the sum over new tokens of the context each attends to.
         """
-        return self.c_fixed + self.c_token * tokens + np.maximum(self.c_kv * kv, self.c_attn * attn)
+        return self.c_fixed + self.linear(tokens) + np.maximum(self.c_kv * kv, self.c_attn * attn)
 
     def is_compute_bound(self, tokens, kv, attn):
-        """Whether the per-token term outweighs the fixed and KV terms."""
-        return self.c_token * tokens + self.c_attn * attn > self.c_fixed + self.c_kv * kv
+        """Whether the GEMMs' arithmetic outweighs weight streaming and the KV read."""
+        return self.c_token * tokens + self.c_attn * attn > self.weights(tokens) + self.c_kv * kv + \
+            (self.c_fixed if self.knee == 1 else 0.0)
 
     def ridge_tokens(self, kv: float = 0.0) -> float:
-        """Batched tokens at which the per-token cost equals the fixed and KV cost."""
-        return (self.c_fixed + self.c_kv * kv) / self.c_token if self.c_token else float("inf")
+        """Batched tokens at which the GEMMs' time equals the weights' (and KV) time."""
+        base = self.c_weight + self.c_expert * self.experts + self.c_kv * kv + (self.c_fixed if self.knee == 1 else 0.0)
+        return base / self.c_token if self.c_token else float("inf")
 
 
 @dataclass(frozen=True)

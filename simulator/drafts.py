@@ -21,7 +21,7 @@ import numpy as np
 
 from specgauge.errors import ConfigError
 from specgauge.simulator.acceptance import AcceptanceModel, IIDAcceptance
-from specgauge.simulator.cost import PassCost
+from specgauge.simulator.cost import EngineOverhead, PassCost
 from specgauge.simulator.profiles import GPU, Model, StepFit, load_model, load_step_fit
 
 KINDS = ("model", "eagle", "mtp", "ngram")
@@ -54,11 +54,12 @@ class PassDraft:
     self_draft: bool = False       # the target drafting for itself: it reuses the target's KV, no prefill of its own
 
     def round(self, batch, steps, drafted, ctx, verify_s):
-        width = drafted / steps if steps else 0.0
+        if not steps:
+            return 0.0
+        width = drafted / steps
         if self.kv_budget is not None:
             ctx = np.minimum(ctx, batch * self.kv_budget)
-        per_step = self.step.c_fixed + np.maximum(self.step.c_kv * ctx, self.step.c_attn * width * ctx)
-        return steps * per_step + self.step.c_token * batch * drafted
+        return steps * self.step.time(batch * width, ctx, width * ctx)
 
     def prefill(self, tokens, ctx, attn):
         return 0.0 if self.self_draft else float(self.step.time(tokens, ctx, attn))
@@ -79,13 +80,18 @@ class RoundFitDraft:
 
 @dataclass(frozen=True)
 class RatioDraft:
-    """The textbook c: each draft step costs ``ratio`` times a one-token-per-sequence target pass."""
+    """The textbook c, whole step against whole step: each draft step costs ``ratio`` times a
+    plain decode step of the target, its engine overhead included (Leviathan's c compares one
+    run of each model; in an engine a run is a step). So at batch 1, where verifying γ + 1
+    tokens costs what one token does, a round costs (γc + 1) plain steps and the speed-up is
+    E[N] / (γc + 1), whatever the engine's per-step overhead."""
 
     ratio: float
     target: PassCost
+    overhead: EngineOverhead = EngineOverhead()
 
     def round(self, batch, steps, drafted, ctx, verify_s):
-        return steps * self.ratio * self.target.time(batch, ctx, ctx)
+        return steps * self.ratio * (self.target.time(batch, ctx, ctx) + self.overhead(batch, False))
 
     def prefill(self, tokens, ctx, attn):
         return self.ratio * float(self.target.time(tokens, ctx, attn))
@@ -122,7 +128,10 @@ class Draft:
 
 
 def _head_params(target: Model, kind: str) -> tuple[int, int]:
-    """(resident parameters, parameters multiplied per token) of an EAGLE-3 head or an MTP module."""
+    """(resident parameters, parameters multiplied per token) of an EAGLE-3 head or an MTP module.
+
+    An MTP module's layer has the target's own shape: a MoE target's MTP layer holds all its
+    experts and multiplies the chosen ones (DeepSeek-V3: 11.5B resident, 1.5B active with the head)."""
     h, nh, nkv, hd = target.hidden, target.heads, target.kv_heads, target.head_dim
     mlp = 3 * h * target.intermediate
     if kind == "eagle":
@@ -130,13 +139,13 @@ def _head_params(target: Model, kind: str) -> tuple[int, int]:
         attention = 2 * h * nh * hd + 2 * 2 * h * nkv * hd + nh * hd * h
         linear = 3 * h * h + attention + mlp + h * EAGLE_DRAFT_VOCAB
         return linear + 4 * h, linear                       # + the layer's two norms, hidden and final norm
-    linear = 2 * h * h + target.layer_linear_params      # eh_proj 2h -> h and the layer; embedding and head shared
-    return linear + 4 * h, linear + h * target.vocab
+    # eh_proj 2h -> h and the layer; embedding and head shared
+    return 2 * h * h + target.layer_linear_params + 4 * h, 2 * h * h + target.layer_active_params + h * target.vocab
 
 
 def build_draft(name: str | None, *, gpu: GPU, target: Model, target_cost: PassCost, tp: int, draft_tp: int | None,
                 profiles: str | None, ratio: float | None, empty: float | None = None,
-                kv_budget: int | None = None) -> Draft | None:
+                kv_budget: int | None = None, overhead: EngineOverhead = EngineOverhead()) -> Draft | None:
     """The proposer called ``name`` for ``target`` on ``gpu``; refuses what cannot run.
 
     ``kv_budget`` makes a draft model read (and keep) at most that many cached tokens per
@@ -147,10 +156,12 @@ def build_draft(name: str | None, *, gpu: GPU, target: Model, target_cost: PassC
     if kind is None:
         if ratio is None:
             return None
-        return Draft("model", "none", tp, 0.0, 0.0, RatioDraft(ratio, target_cost))
+        return Draft("model", "none", tp, 0.0, 0.0, RatioDraft(ratio, target_cost, overhead))
     if kind == "ngram":
-        return Draft(kind, "ngram", tp, 0.0, 0.0, FractionDraft(NGRAM_VERIFY_FRACTION),
-                     empty=NGRAM_EMPTY if empty is None else empty)
+        # A calibrated n-gram proposer (specgauge calibrate, a serve pair) replaces the 0.59 % default.
+        fit = load_step_fit(f"ngram:{target.name}", gpu.name, tp, profiles)
+        return Draft(kind, "ngram", tp, 0.0, 0.0, RoundFitDraft(fit) if fit is not None else
+                     FractionDraft(NGRAM_VERIFY_FRACTION), empty=NGRAM_EMPTY if empty is None else empty)
     empty = 0.0 if empty is None else empty
     if kind == "model":
         model = load_model(name, profiles)
@@ -160,7 +171,7 @@ def build_draft(name: str | None, *, gpu: GPU, target: Model, target_cost: PassC
         dtp = tp if draft_tp is None else draft_tp
         fit = load_step_fit(model.name, gpu.name, dtp, profiles)
         if ratio is not None:
-            cost: object = RatioDraft(ratio, target_cost)
+            cost: object = RatioDraft(ratio, target_cost, overhead)
         elif fit is not None and fit.per_round:
             cost = RoundFitDraft(fit)
         else:
@@ -178,16 +189,20 @@ def build_draft(name: str | None, *, gpu: GPU, target: Model, target_cost: PassC
     if draft_tp not in (None, tp):
         raise ConfigError(f"an {kind} head runs at the target's TP ({tp}); --draft-tp does not apply")
     resident, linear = _head_params(target, kind)
-    kv = 2 * target.kv_heads * target.head_dim * target.dtype_bytes   # one layer
+    kv = target.kv_bytes_per_gpu(tp) * tp / target.layers   # one layer (from_shape and the memory plan split it by tp)
     fit = load_step_fit(f"{kind}:{target.name}", gpu.name, tp, profiles)
     if ratio is not None:
-        cost = RatioDraft(ratio, target_cost)
+        cost = RatioDraft(ratio, target_cost, overhead)
     elif fit is not None and fit.per_round:
         cost = RoundFitDraft(fit)
     elif fit is not None:
         cost = PassDraft(PassCost.from_fit(fit))
     else:
+        moe = kind == "mtp" and target.is_moe
+        routed = target.experts_per_token * target.expert_params if moe else 0
         cost = PassDraft(PassCost.from_shape(
             gpu, linear_params=linear, kv_bytes_per_token=kv, attn_flops_per_ctx=4.0 * target.heads * target.head_dim,
-            layers=2, hidden=target.hidden, dtype_bytes=target.dtype_bytes, tp=tp))
+            layers=2, hidden=target.hidden, dtype_bytes=target.dtype_bytes, tp=tp, weight_params=linear - routed,
+            expert_params=target.expert_params if moe else 0.0, moe_layers=int(moe), experts=target.experts if moe else 0,
+            experts_per_token=target.experts_per_token if moe else 0))
     return Draft(kind, f"{kind}:{target.name}", tp, resident * target.dtype_bytes / tp, kv / tp, cost, empty)

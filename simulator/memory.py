@@ -65,7 +65,7 @@ def memory_plan_for(gpu: GPU, target: Model, draft_weight_bytes: float, draft_kv
             f"weights do not fit: {what} per GPU > {engine / GIB:.1f} GiB usable "
             f"({gpu.name}: {gpu_bytes / GIB:.1f} GiB x {gpu_memory_utilization:g} less {(reserve - (1 - gpu_memory_utilization) * gpu_bytes) / GIB:.1f} GiB "
             f"activations and CUDA context, tp={tp}); raise --tp or pick a bigger GPU")
-    target_block = target.kv_bytes_per_token / tp * block_tokens
+    target_block = target.kv_bytes_per_gpu(tp) * block_tokens
     draft_block = draft_kv_bytes_per_token * block_tokens
     budget = engine - target_w - draft_w
     budget_no_draft = engine - target_w

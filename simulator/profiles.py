@@ -1,12 +1,16 @@
-"""GPU and model profiles: data in ``fixtures/hardware``, extendable from a user file.
+"""GPU and model profiles: data in ``fixtures/hardware``, extendable from user files.
 
 Profiles are frozen dataclasses so that a cost or memory model built from them cannot
-drift during a run. A user file (TOML or JSON) has the same ``[gpus.NAME]`` and
-``[models.NAME]`` tables as the bundled ones and may add or replace entries.
+drift during a run. A user file (TOML or JSON) has the same ``[gpus.NAME]``,
+``[models.NAME]`` and ``[steps.NAME]`` tables as the bundled ones. ``--profiles`` takes
+one file or several, comma-separated; later files win, field by field: a table naming a
+known GPU or model changes only the fields it gives. ``check_profile_tables`` is the one
+place a profile file's shape is checked.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.resources
 import json
@@ -16,9 +20,20 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from specgauge.errors import ConfigError
+import numpy as np
+
+from specgauge.errors import ConfigError, InputFileError
 
 GIB = float(2 ** 30)
+#: The default knee of a pass (``cost.blend``): 1 adds weight streaming and GEMM time (the
+#: published fits' form), infinity is the roofline's max. Chosen on held-out published
+#: curves (benchmarks/validate.py --knee-study), not per row.
+KNEE = 2.0
+
+
+def _check_knee(where: str, knee: object) -> None:
+    if not (isinstance(knee, (int, float)) and not isinstance(knee, bool) and knee >= 1):
+        raise ConfigError(f"{where}: knee must be a number >= 1 (1 adds, inf is the roofline max), got {knee!r}")
 _DTYPE_BYTES = {"bf16": 2, "fp16": 2, "float16": 2, "bfloat16": 2, "fp8": 1, "fp32": 4, "float32": 4}
 
 
@@ -36,6 +51,7 @@ class GPU:
     name: str
     peak_tflops: float
     bandwidth_tb_s: float
+    fp8_tflops: float | None = None     # dense FP8 peak, for FP8 weights; None: the BF16 peak
     memory_gib: float | None = None
     memory_gb: float | None = None
     link_gb_s: float = 900.0
@@ -49,6 +65,7 @@ class GPU:
     sample_us_per_token: float = 1.0    # sampling / verification per batched token
     allreduce_latency_us: float = 10.0
     non_torch_gib: float = 1.0          # CUDA context, NCCL and cuBLAS workspaces, CUDA graphs
+    knee: float = KNEE                  # sharpness of the pass's memory-to-compute knee (cost.blend)
     source: str = "datasheet prior"
 
     def __post_init__(self) -> None:
@@ -67,6 +84,7 @@ class GPU:
                      "sample_us_per_token", "allreduce_latency_us", "non_torch_gib"):
             if not getattr(self, name) >= 0:
                 raise ConfigError(f"GPU profile {self.name!r}: {name} must be >= 0")
+        _check_knee(f"GPU profile {self.name!r}", self.knee)
 
     @property
     def mfu(self) -> float:
@@ -76,6 +94,10 @@ class GPU:
     @property
     def peak_flops(self) -> float:
         return self.peak_tflops * 1e12
+
+    def peak_flops_for(self, dtype_bytes: int) -> float:
+        """Dense peak for GEMMs on weights of ``dtype_bytes`` (FP8 where the GPU has it)."""
+        return self.fp8_tflops * 1e12 if dtype_bytes == 1 and self.fp8_tflops else self.peak_flops
 
     @property
     def bandwidth(self) -> float:
@@ -94,7 +116,10 @@ class GPU:
 
 @dataclass(frozen=True)
 class StepFit:
-    """Fitted step-time coefficients of one model on one GPU at one TP: ``c_fixed + c_token·tokens + c_kv·kv``.
+    """Fitted step-time coefficients of one model on one GPU at one TP:
+    ``c_fixed + blend(c_weight, c_token·tokens; knee) + c_kv·kv``.
+
+    ``knee`` 1 with ``c_weight`` 0 is the additive form SpecDecode-Bench publishes.
 
     ``includes_engine``: the fit's per-token cost already holds sampling and verification,
     so the per-token engine overhead is not added again. ``step_overhead_ms`` /
@@ -107,6 +132,8 @@ class StepFit:
     c_fixed_ms: float
     c_token_us: float
     c_kv_ns: float = 0.0
+    c_weight_ms: float = 0.0         # weight streaming, flat until the GEMMs outgrow it (see cost.blend)
+    knee: float = 1.0
     c_attn_ns: float | None = None   # attention arithmetic per (query x context) token; None: the datasheet prior
     includes_engine: bool = True
     per_round: bool = False
@@ -115,10 +142,11 @@ class StepFit:
     source: str = "unstated"
 
     def __post_init__(self) -> None:
-        for name in ("c_fixed_ms", "c_token_us", "c_kv_ns"):
+        for name in ("c_fixed_ms", "c_token_us", "c_kv_ns", "c_weight_ms"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ConfigError(f"step fit {self.name!r}: {name} must be a number >= 0, got {value!r}")
+        _check_knee(f"step fit {self.name!r}", self.knee)
 
 
 def step_key(model: str, gpu: str, tp: int) -> str:
@@ -128,7 +156,16 @@ def step_key(model: str, gpu: str, tp: int) -> str:
 
 @dataclass(frozen=True)
 class Model:
-    """A dense decoder-only transformer (SwiGLU MLP, GQA), as its HF config describes it."""
+    """A decoder-only transformer as its HF config.json describes it: dense (SwiGLU MLP, GQA),
+    mixture-of-experts (``experts`` > 0) and/or multi-head latent attention (``kv_lora_rank`` > 0).
+
+    MoE fields: ``experts`` routed experts of ``moe_intermediate`` each, ``experts_per_token``
+    chosen per token, ``shared_experts`` always on, the first ``dense_layers`` layers dense
+    (DeepSeek's ``first_k_dense_replace``). MLA fields: ``q_lora_rank`` (0: a plain q
+    projection), ``kv_lora_rank`` and ``qk_rope_head_dim`` (the cached latent), with
+    ``head_dim`` the no-RoPE query/key width and ``v_head_dim`` the value width.
+    ``kv_dtype``: the KV cache's dtype when it differs from the weights' (FP8 weights, BF16 KV).
+    """
 
     name: str
     layers: int
@@ -141,36 +178,131 @@ class Model:
     tied_embeddings: bool = False
     qk_norm: bool = False
     dtype: str = "bf16"
+    kv_dtype: str | None = None
     max_position: int = 131072
+    experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate: int = 0
+    shared_experts: int = 0
+    dense_layers: int = 0
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    mtp_layers: int = 0
+    source: str = ""
 
     def __post_init__(self) -> None:
         for name in ("layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "vocab", "max_position"):
             value = getattr(self, name)
-            if not (isinstance(value, int) and value > 0):
+            if not (isinstance(value, int) and not isinstance(value, bool) and value > 0):
                 raise ConfigError(f"model profile {self.name!r}: {name} must be a positive integer, got {value!r}")
-        if self.dtype not in _DTYPE_BYTES:
-            raise ConfigError(f"model profile {self.name!r}: unknown dtype {self.dtype!r}; valid: {', '.join(_DTYPE_BYTES)}")
+        for name in ("experts", "experts_per_token", "moe_intermediate", "shared_experts", "dense_layers",
+                     "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "mtp_layers"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+                raise ConfigError(f"model profile {self.name!r}: {name} must be an integer >= 0, got {value!r}")
+        for name in ("dtype", "kv_dtype"):
+            value = getattr(self, name)
+            if value is not None and value not in _DTYPE_BYTES:
+                raise ConfigError(f"model profile {self.name!r}: unknown {name} {value!r}; valid: {', '.join(_DTYPE_BYTES)}")
+        if self.experts and not (0 < self.experts_per_token <= self.experts and self.moe_intermediate > 0):
+            raise ConfigError(f"model profile {self.name!r}: a MoE model needs 0 < experts_per_token <= experts "
+                              f"and moe_intermediate > 0")
+        if self.dense_layers > self.layers:
+            raise ConfigError(f"model profile {self.name!r}: dense_layers {self.dense_layers} > layers {self.layers}")
 
     @property
     def dtype_bytes(self) -> int:
         return _DTYPE_BYTES[self.dtype]
 
     @property
-    def layer_linear_params(self) -> int:
+    def kv_dtype_bytes(self) -> int:
+        return _DTYPE_BYTES[self.kv_dtype or self.dtype]
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.dense_layers if self.is_moe else 0
+
+    @property
+    def attention_params(self) -> int:
+        """One layer's attention projections."""
         h, nh, nkv, hd = self.hidden, self.heads, self.kv_heads, self.head_dim
-        return h * nh * hd + 2 * h * nkv * hd + nh * hd * h + 3 * h * self.intermediate
+        if not self.is_mla:
+            return h * nh * hd + 2 * h * nkv * hd + nh * hd * h
+        qk = hd + self.qk_rope_head_dim
+        v = self.v_head_dim or hd
+        q = h * self.q_lora_rank + self.q_lora_rank * nh * qk if self.q_lora_rank else h * nh * qk
+        kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank * nh * (hd + v)
+        return q + kv + nh * v * h
+
+    @property
+    def expert_params(self) -> int:
+        """One routed expert of one layer (SwiGLU: gate, up, down)."""
+        return 3 * self.hidden * self.moe_intermediate
+
+    def _mlp_params(self, moe: bool, active: bool) -> int:
+        if not moe:
+            return 3 * self.hidden * self.intermediate
+        routed = self.experts_per_token if active else self.experts
+        return (routed + self.shared_experts) * self.expert_params + self.hidden * self.experts   # + the router
+
+    @property
+    def layer_linear_params(self) -> int:
+        """A layer's resident matrices (a MoE layer: all its experts)."""
+        return self.attention_params + self._mlp_params(self.is_moe, active=False)
+
+    @property
+    def layer_active_params(self) -> int:
+        """A layer's matrices that one token multiplies (a MoE layer: its chosen and shared experts)."""
+        return self.attention_params + self._mlp_params(self.is_moe, active=True)
+
+    def _sum_layers(self, active: bool) -> int:
+        dense = self.attention_params + self._mlp_params(False, active)
+        moe = self.attention_params + self._mlp_params(True, active)
+        return (self.layers - self.moe_layers) * dense + self.moe_layers * moe
 
     @property
     def linear_params(self) -> int:
-        """Parameters multiplied per token: every layer's matrices and the LM head."""
-        return self.layers * self.layer_linear_params + self.vocab * self.hidden
+        """Parameters multiplied per token: every layer's active matrices and the LM head."""
+        return self._sum_layers(active=True) + self.vocab * self.hidden
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token uses, embedding included (DeepSeek-V3: 37B of 671B)."""
+        return self.linear_params + self.vocab * self.hidden + self._norm_params
+
+    @property
+    def _norm_params(self) -> int:
+        norms = 2 * self.hidden + (2 * self.head_dim if self.qk_norm else 0)
+        if self.is_mla:
+            norms += self.q_lora_rank + self.kv_lora_rank
+        return self.layers * norms + self.hidden
+
+    @property
+    def dense_weight_params(self) -> int:
+        """Matrices every pass streams whatever its tokens: all but the routed experts, and the LM head."""
+        shared = self.moe_layers * (self.shared_experts * self.expert_params + self.hidden * self.experts)
+        return (self.layers * self.attention_params + (self.layers - self.moe_layers) * 3 * self.hidden * self.intermediate
+                + shared + self.vocab * self.hidden)
 
     @property
     def params(self) -> int:
         """Resident parameters (a tied LM head shares the embedding matrix)."""
-        norms = self.layers * (2 * self.hidden + (2 * self.head_dim if self.qk_norm else 0)) + self.hidden
         embeddings = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
-        return self.layers * self.layer_linear_params + norms + embeddings
+        return self._sum_layers(active=False) + self._norm_params + embeddings
+
+    @property
+    def total_params(self) -> int:
+        return self.params
 
     @property
     def weight_bytes(self) -> int:
@@ -178,7 +310,46 @@ class Model:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
+        """Cached bytes per token over all layers: K and V per KV head, or MLA's one latent."""
+        if self.is_mla:
+            return self.layers * (self.kv_lora_rank + self.qk_rope_head_dim) * self.kv_dtype_bytes
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.kv_dtype_bytes
+
+    def kv_bytes_per_gpu(self, tp: int) -> float:
+        """Per-GPU KV bytes per token: TP splits KV heads; MLA's latent is replicated on every rank."""
+        return float(self.kv_bytes_per_token) if self.is_mla else self.kv_bytes_per_token / tp
+
+    def distinct_experts(self, tokens):
+        """Expected routed experts a pass over ``tokens`` tokens touches per MoE layer, for random
+        routing: E · (1 − (1 − k/E)^tokens). Balanced routers are close to random; skewed ones touch fewer."""
+        if not self.is_moe:
+            return 0.0
+        e, k = self.experts, self.experts_per_token
+        return e * (1.0 - np.power(1.0 - k / e, np.asarray(tokens, dtype=float)))
+
+
+_KINDS = {"gpus": ("GPU", GPU), "models": ("model", Model), "steps": ("step fit", StepFit)}
+
+
+def check_profile_tables(data: object, source: str) -> dict[str, dict[str, dict[str, Any]]]:
+    """The shape of a profile file: only ``gpus``, ``models`` and ``steps`` tables, each a table of
+    named tables. Field values are checked by the profile classes themselves."""
+    if not isinstance(data, dict):
+        raise InputFileError(f"profiles file {source} must hold [gpus.NAME], [models.NAME] and [steps.NAME] "
+                             f"tables, not a {type(data).__name__}")
+    unknown = sorted(set(data) - set(_KINDS))
+    if unknown:
+        raise InputFileError(f"profiles file {source}: unknown table(s) {', '.join(map(repr, unknown))}; "
+                             "valid: gpus, models, steps")
+    for kind, tables in data.items():
+        if not isinstance(tables, dict):
+            raise InputFileError(f"profiles file {source}: {kind!r} must be a table of named tables "
+                                 f"([{kind}.NAME]), got {type(tables).__name__} {tables!r}"[:200])
+        for name, entry in tables.items():
+            if not isinstance(entry, dict):
+                raise InputFileError(f"profiles file {source}: [{kind}.{name}] must be a table of fields, "
+                                     f"got {type(entry).__name__} {entry!r}"[:200])
+    return data  # type: ignore[return-value]
 
 
 def _read_table_file(path: str | Path) -> dict[str, Any]:
@@ -186,14 +357,18 @@ def _read_table_file(path: str | Path) -> dict[str, Any]:
     try:
         text = path.read_text()
     except OSError as exc:
-        raise ConfigError(f"cannot read profiles file {str(path)!r}: {exc.strerror or exc}") from None
+        raise InputFileError(f"cannot read profiles file {str(path)!r}: {exc.strerror or exc}") from None
     try:
         data = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
     except (ValueError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"profiles file {str(path)!r} is not valid {'JSON' if path.suffix == '.json' else 'TOML'}: {exc}") from None
-    if not isinstance(data, dict) or not set(data) <= {"gpus", "models", "steps"}:
-        raise ConfigError(f"profiles file {str(path)!r} must hold only [gpus.NAME], [models.NAME] and [steps.NAME] tables")
-    return data
+        kind = "JSON" if path.suffix.lower() == ".json" else "TOML"
+        raise InputFileError(f"profiles file {str(path)!r} is not valid {kind}: {exc}") from None
+    return check_profile_tables(data, repr(str(path)))
+
+
+def profile_paths(profiles: str | None) -> list[str]:
+    """The files of a ``--profiles`` value: one path or several, comma-separated."""
+    return [] if profiles is None else [p.strip() for p in str(profiles).split(",") if p.strip()]
 
 
 @functools.lru_cache(maxsize=1)
@@ -210,36 +385,44 @@ def _build(kind: str, cls: type, name: str, entry: dict[str, Any], source: str) 
     entry = {k: v for k, v in entry.items() if k != "aliases"}
     unknown = sorted(set(entry) - allowed)
     if unknown:
-        raise ConfigError(f"{kind} profile {name!r} in {source}: unknown field(s) {', '.join(unknown)}; valid: {', '.join(sorted(allowed))}")
+        raise InputFileError(f"{kind} profile {name!r} in {source}: unknown field(s) {', '.join(unknown)}; "
+                             f"valid: {', '.join(sorted(allowed))}")
+    required = [f.name for f in fields(cls) if f.name != "name" and f.default is dataclasses.MISSING]
+    missing = [f for f in required if f not in entry]
+    if missing:
+        raise InputFileError(f"{kind} profile {name!r} in {source}: missing field(s) {', '.join(missing)} "
+                             f"(a new {kind} needs {', '.join(required)}; a known one's name changes only the "
+                             "fields given)")
     try:
         return cls(name=name, **entry)
     except TypeError as exc:
-        raise ConfigError(f"{kind} profile {name!r} in {source}: {exc}") from None
+        raise InputFileError(f"{kind} profile {name!r} in {source}: {exc}") from None
 
 
 @functools.lru_cache(maxsize=16)
 def _catalogue(profiles: str | None) -> tuple[dict[str, GPU], dict[str, Model], dict[str, str], dict[str, StepFit]]:
-    """Name -> profile maps (plus aliases -> name), bundled first, then the user's file."""
+    """Name -> profile maps (plus aliases -> name): bundled first, then each user file in turn,
+    a later table merged over an earlier one of the same name (or alias) field by field."""
     sources = [("bundled profiles", _bundled())]
-    if profiles is not None:
-        sources.append((repr(str(profiles)), _read_table_file(profiles)))
-    gpus: dict[str, GPU] = {}
-    models: dict[str, Model] = {}
-    aliases: dict[str, str] = {}
-    steps: dict[str, StepFit] = {}
+    sources += [(repr(path), _read_table_file(path)) for path in profile_paths(profiles)]
+    raw: dict[str, dict[str, tuple[dict[str, Any], str]]] = {kind: {} for kind in _KINDS}
+    aliases: dict[tuple[str, str], str] = {}
     for source, data in sources:
-        for name, entry in data.get("gpus", {}).items():
-            key = name.lower()
-            gpus[key] = _build("GPU", GPU, key, dict(entry), source)
-            for alias in entry.get("aliases", []):
-                aliases[("gpu", alias.lower())] = key  # type: ignore[index]
-        for name, entry in data.get("models", {}).items():
-            key = name.lower()
-            models[key] = _build("model", Model, key, dict(entry), source)
-        for name, entry in data.get("steps", {}).items():
-            key = name.lower()
-            steps[key] = _build("step fit", StepFit, key, dict(entry), source)
-    return gpus, models, aliases, steps
+        for kind in _KINDS:
+            for name, entry in data.get(kind, {}).items():
+                key = str(name).lower()
+                if kind == "gpus":
+                    key = aliases.get(("gpu", key), key)
+                    names = entry.get("aliases", [])
+                    if not isinstance(names, list) or not all(isinstance(a, str) for a in names):
+                        raise InputFileError(f"GPU profile {name!r} in {source}: aliases must be a list of names")
+                    for alias in names:
+                        aliases[("gpu", alias.lower())] = key
+                old = raw[kind].get(key, ({}, source))[0]
+                raw[kind][key] = ({**old, **entry}, source)
+    built = {kind: {key: _build(_KINDS[kind][0], _KINDS[kind][1], key, dict(entry), source)
+                    for key, (entry, source) in raw[kind].items()} for kind in _KINDS}
+    return built["gpus"], built["models"], aliases, built["steps"]  # type: ignore[return-value]
 
 
 def known_gpus(profiles: str | None = None) -> list[str]:

@@ -11,8 +11,11 @@ from scipy import stats
 
 from specgauge.reports.cli import main as cli_main
 from specgauge.simulator import SimulationConfig, simulate
+from specgauge.reports.calibrate import calibration_prior
 from specgauge.simulator.fit import fit_step_model, latency_equation, step_equation
-from specgauge.simulator.profiles import load_step_fit
+from specgauge.simulator.profiles import load_gpu, load_model, load_step_fit
+
+PRIOR = calibration_prior(load_gpu("h100"), load_model("llama-3.1-8b"), 1)
 
 Z = stats.norm.isf(1e-6 / 2)
 TRUE = np.array([4.0e-3, 30e-6, 50e-9])      # c_fixed, c_token, c_kv in seconds
@@ -33,18 +36,24 @@ def synthetic_steps(rng, noise=0.02):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_fit_recovers_known_coefficients_within_its_stated_error(seed):
     frame = synthetic_steps(np.random.default_rng(seed))
-    fit = fit_step_model([step_equation(r.batched_tokens, r.kv_tokens, r.ms * 1e-3, "x") for r in frame.itertuples()])
+    fit = fit_step_model([step_equation(r.batched_tokens, r.kv_tokens, r.ms * 1e-3, "x") for r in frame.itertuples()],
+                         PRIOR)
     got = np.array([fit.c_fixed, fit.c_token, fit.c_kv])
-    assert np.all(np.abs(got - TRUE) <= Z * np.array(fit.se)), (got, fit.se)
-    assert np.all(np.array(fit.se) < 0.1 * TRUE)                  # and the stated error is informative
+    se = np.array([fit.se[k] for k in ("c_fixed", "c_token", "c_kv")])
+    assert fit.knee == 1 and not fit.held                        # additive data: the additive form wins
+    assert np.all(np.abs(got - TRUE) <= Z * se), (got, se)
+    assert np.all(se < 0.1 * TRUE)                  # and the stated error is informative
     assert 0.02 < fit.worst_error < 0.12 and fit.rms_error == pytest.approx(0.02, rel=0.5)
 
 
-def test_a_roofline_shaped_measurement_shows_up_as_a_large_error():
-    # Steps that cost max(memory, compute) are not of the additive form: the fit says so.
-    eqs = [step_equation(t, 2000 * (i % 3 + 1), max(8e-3, 40e-6 * t), str(t))
+def test_a_roofline_shaped_measurement_is_fitted_by_the_knee_not_the_sum():
+    # Steps that cost max(memory, compute): the additive form misses them by > 15 %; the knee fits them.
+    eqs = [step_equation(t, 2000 * (i % 3 + 1), PRIOR.c_fixed + max(8e-3, 40e-6 * t), str(t))
            for i, t in enumerate((1, 8, 32, 64, 128, 200, 256, 512, 1024))]
-    assert fit_step_model(eqs).worst_error > 0.15
+    assert fit_step_model(eqs, PRIOR, knees=(1.0,)).worst_error > 0.15
+    fit = fit_step_model(eqs, PRIOR)
+    assert fit.knee >= 6 and fit.worst_error < 0.03
+    assert fit.c_weight == pytest.approx(8e-3, rel=0.03) and fit.c_token == pytest.approx(40e-6, rel=0.03)
 
 
 def test_latency_json_is_summed_over_its_steps_and_recovered_exactly(tmp_path):
@@ -92,6 +101,6 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     path = tmp_path / "lat.json"
     path.write_text(json.dumps({"avg_latency": 1.0}))
     assert cli_main(["calibrate", "--gpu", "h100", "--target", "llama-3.1-8b", "--latency", str(path),
-                     "--out", str(tmp_path / "p.toml")]) == 1
+                     "--out", str(tmp_path / "p.toml")]) == 2
     err = capsys.readouterr().err
     assert "batch=B,input=I,output=O" in err and len(err.strip().splitlines()) == 1

@@ -118,21 +118,28 @@ def test_draft_lowers_concurrency_by_exactly_its_weights_and_kv():
     assert no_spec.max_concurrency == plan.max_concurrency_no_draft
 
 
-def test_verification_below_the_ridge_is_not_free_and_grows_linearly():
+def test_a_pass_is_flat_below_the_knee_and_grows_past_it():
     cost = PassCost.build(load_gpu("h200"), load_model("qwen3-32b"))
     ctx = 4 * 1000
-    assert 100 < cost.ridge_tokens(ctx) < 300
+    assert 100 < cost.ridge_tokens() < 300 and cost.knee == load_gpu("h200").knee > 1
     decode, verify = cost.time(4, ctx, ctx), cost.time(4 * 5, ctx, 5 * ctx)
-    assert verify - decode == pytest.approx(cost.c_token * 16, rel=1e-9) and cost.c_token > 0
-    big = [cost.time(tokens, ctx, 0) for tokens in (400, 800, 1200)]
-    assert big[2] - big[1] == pytest.approx(big[1] - big[0], rel=1e-9)
+    # Below the ridge, verifying 16 more tokens costs far less than their full GEMM time ...
+    assert 0 < verify - decode < 0.25 * cost.c_token * 16
+    # ... far above it, each token costs its GEMM time: the slope tends to c_token.
+    big = [cost.time(tokens, ctx, 0) for tokens in (4000, 8000, 12000)]
+    assert (big[2] - big[1]) / 4000 == pytest.approx(cost.c_token, rel=0.01)
+    additive = PassCost(**{**cost.__dict__, "knee": 1.0})
+    assert additive.time(20, ctx, 5 * ctx) - additive.time(4, ctx, ctx) == pytest.approx(cost.c_token * 16, rel=1e-9)
+    roofline = PassCost(**{**cost.__dict__, "knee": math.inf})
+    assert roofline.time(20, ctx, 5 * ctx) == roofline.time(4, ctx, ctx)
 
 
 def test_tensor_parallel_splits_weights_and_adds_communication():
     gpu, model = load_gpu("h100-sxm"), load_model("llama-3.1-70b")
     one, four = PassCost.build(gpu, model, 1), PassCost.build(gpu, model, 4)
     assert four.c_kv == pytest.approx(one.c_kv / 4)
-    assert four.c_fixed < one.c_fixed / 2            # a quarter of the weights, plus all-reduce latency
+    assert four.c_weight == pytest.approx(one.c_weight / 4)   # a quarter of the weights ...
+    assert four.c_fixed > one.c_fixed                        # ... plus all-reduce latency
     assert four.c_token > one.c_token / 4            # a quarter of the arithmetic, plus all-reduce volume
 
 
