@@ -1,4 +1,4 @@
-"""The simulator against published measurements: writes the README's validation table.
+"""The simulator against published measurements: writes the validation table of docs/validation.md.
 
     python benchmarks/validate.py [--csv validation.csv] [--specdecode-data DIR]
 

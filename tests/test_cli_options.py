@@ -37,10 +37,10 @@ def test_a_value_of_the_wrong_type_names_its_flag(flag, value, capsys):
     assert f"invalid value {value!r} for {flag}" in err and "\n" not in err
 
 
-def test_the_readme_names_every_planner_flag():
+def test_the_manual_names_every_planner_flag():
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    manual = (Path(__file__).resolve().parents[1] / "docs" / "planner.md").read_text(encoding="utf-8")
     for parser in (simulate.build_parser(), plan.build_parser()):
         flags = {s for a in parser._actions for s in a.option_strings if s.startswith("--")} - {"--help"}
-        assert not {f for f in flags if f not in readme}, parser.prog
+        assert not {f for f in flags if f not in manual}, parser.prog
