@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from types import MappingProxyType
 from typing import Iterable, Mapping
 
 import numpy as np
@@ -146,6 +147,11 @@ class CertificationSession:
         self._results: dict[tuple[str, str], dict[int | None, TestResult]] = {}
         self.rows: list[dict] = []
 
+    @property
+    def runs(self) -> Mapping[str, FixtureRun | SequenceRun]:
+        """The fixtures run so far, by name, read-only: what the certificate's figures draw."""
+        return MappingProxyType(self._runs)
+
     def run(self, fixture: PairFixture | SequenceCase) -> FixtureRun | SequenceRun:
         if fixture.name not in self._runs:
             c = self.config
@@ -192,6 +198,13 @@ def certify(decoder: Decoder | str | None = None, config: CertConfig | None = No
 
     ``slow`` adds the slow tier; ``progress`` shows a tqdm bar on stderr.
     """
+    return certification(decoder, config, checks, fixtures, progress, name, slow).certificate()
+
+
+def certification(decoder: Decoder | str | None = None, config: CertConfig | None = None,
+                  checks: Iterable[str] | None = None, fixtures: Iterable[str] | None = None,
+                  progress: bool = False, name: str | None = None, slow: bool = False) -> CertificationSession:
+    """:func:`certify`, returning the session: its certificate and the runs behind it."""
     config = config or CertConfig()
     if name is None:
         name = (decoder_name(decoder) if decoder is None or isinstance(decoder, str)
@@ -211,4 +224,4 @@ def certify(decoder: Decoder | str | None = None, config: CertConfig | None = No
     for check, fixture, position in bar:
         bar.set_postfix_str(fixture.name, refresh=False)
         session.assertion(check, fixture, position)
-    return session.certificate()
+    return session
