@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 
 from specgauge.reports.cli import main as cli_main
-from specgauge.simulator import SimulationConfig, simulate
+from specgauge.simulator import IIDAcceptance, SimulationConfig, simulate
 from specgauge.reports.calibrate import calibration_prior
 from specgauge.simulator.fit import fit_step_model, latency_equation, step_equation
 from specgauge.simulator.profiles import load_gpu, load_model, load_step_fit
@@ -104,3 +104,158 @@ def test_bad_input_is_one_line(tmp_path, capsys):
                      "--out", str(tmp_path / "p.toml")]) == 2
     err = capsys.readouterr().err
     assert "batch=B,input=I,output=O" in err and len(err.strip().splitlines()) == 1
+
+
+# --------------------------------------------------------------------------- what users have
+
+
+def _latency_files(tmp_path, batches, input_lens, output_len=128):
+    args = []
+    for batch in batches:
+        for input_len in input_lens:
+            eq = latency_equation(batch, input_len, output_len, 1.0, "")
+            seconds = float(TRUE @ np.array(eq.design)) * output_len
+            path = tmp_path / f"lat{batch}_{input_len}.json"
+            path.write_text(json.dumps({"avg_latency": seconds}))
+            args += ["--latency", f"{path}:batch={batch},input={input_len},output={output_len}"]
+    return args
+
+
+def test_a_batch_sweep_at_one_length_holds_the_kv_term_at_the_prior_and_says_so(tmp_path, capsys):
+    out = tmp_path / "p.toml"
+    argv = ["calibrate", "--gpu", "h100", "--target", "llama-3.1-8b", "--out", str(out)]
+    assert cli_main(argv + _latency_files(tmp_path, (1, 8, 32, 128), (512,))) == 0
+    printed = capsys.readouterr().out
+    notes = [line for line in printed.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and "c_kv" in notes[0] and "datasheet prior" in notes[0]
+    assert "c_token" in printed and "±" in printed                    # the rest with standard errors
+    fit = load_step_fit("llama-3.1-8b", "h100-sxm", 1, str(out))
+    assert fit.c_kv_ns == pytest.approx(PRIOR.c_kv * 1e9, rel=1e-6) and "held at the datasheet prior" in fit.source
+    # The docs' sweep (batch sizes x two prompt lengths) separates all three terms.
+    out2 = tmp_path / "q.toml"
+    assert cli_main(["calibrate", "--gpu", "h100", "--target", "llama-3.1-8b", "--out", str(out2)]
+                    + _latency_files(tmp_path, (1, 8, 32, 128), (128, 2048))) == 0
+    assert "note:" not in capsys.readouterr().out
+    assert load_step_fit("llama-3.1-8b", "h100-sxm", 1, str(out2)).c_kv_ns == pytest.approx(TRUE[2] * 1e9, rel=1e-4)
+
+
+def test_a_custom_gpu_calibrated_once_simulates_from_the_one_output_file(tmp_path):
+    rtx = tmp_path / "rtx.toml"
+    rtx.write_text('[gpus."rtx-6000"]\npeak_tflops = 364.0\nbandwidth_tb_s = 0.96\nmemory_gib = 95.0\n')
+    out = tmp_path / "rtx-calibrated.toml"
+    assert cli_main(["calibrate", "--gpu", "rtx-6000", "--target", "llama-3.1-8b", "--profiles", str(rtx),
+                     "--out", str(out)] + _latency_files(tmp_path, (1, 16, 64), (128, 2048))) == 0
+    row = simulate(SimulationConfig(gpu="rtx-6000", target="llama-3.1-8b", draft="eagle", gamma=3, requests=8,
+                                    output_len=32, profiles=str(out)))
+    assert row["step_model_source"].startswith("fitted by specgauge calibrate")
+    # several files merge, later ones winning field by field
+    faster = tmp_path / "faster.toml"
+    faster.write_text('[gpus."rtx-6000"]\nbandwidth_tb_s = 1.5\n')
+    from specgauge.simulator import load_gpu
+    merged = load_gpu("rtx-6000", f"{out},{faster}")
+    assert merged.bandwidth_tb_s == 1.5 and merged.peak_tflops == 364.0
+
+
+def _serve(path, concurrency, tpot_ms, **spec):
+    path.write_text(json.dumps({"completed": 100, "total_input_tokens": 100 * 512, "total_output_tokens": 100 * 128,
+                                "max_concurrency": concurrency, "mean_tpot_ms": tpot_ms, **spec}))
+    return str(path)
+
+
+def test_serve_pairs_at_two_loads_calibrate_a_2024_ngram_slowdown(tmp_path, capsys):
+    # A vLLM-0.6-like engine: each speculative step costs 1 ms more and the n-gram proposer
+    # 40 us per drafted token (CPU work per sequence), so speculation pays at batch 1 and
+    # loses at batch 128.
+    steps = tmp_path / "steps.csv"
+    synthetic_steps(np.random.default_rng(7), noise=0.0).to_csv(steps, index=False)
+    gamma, length, kv_ctx = 4, 2.0, 512 + 64
+    args = ["--steps", str(steps)]
+    for c in (1, 128):
+        base = float(TRUE @ [1, c, c * kv_ctx]) * 1e3
+        args += ["--serve", _serve(tmp_path / f"base{c}.json", c, base)]
+        round_ms = float(TRUE @ [1, c * (gamma + 1), c * kv_ctx]) * 1e3 + 1.0 + 0.040 * c * gamma
+        spec = {"spec_decode_acceptance_length": length, "spec_decode_num_drafts": 1000,
+                "spec_decode_draft_tokens": 1000 * gamma}
+        args += ["--serve", _serve(tmp_path / f"spec{c}.json", c, round_ms / length, **spec) + ":draft=ngram"]
+    out = tmp_path / "old-vllm.toml"
+    assert cli_main(["calibrate", "--gpu", "h100", "--target", "llama-3.1-8b", "--out", str(out)] + args) == 0
+    assert "per speculative step" in capsys.readouterr().out
+    target = load_step_fit("llama-3.1-8b", "h100-sxm", 1, str(out))
+    proposer = load_step_fit("ngram:llama-3.1-8b", "h100-sxm", 1, str(out))
+    assert target.spec_overhead_ms == pytest.approx(1.0, rel=0.05)
+    assert proposer.c_token_us == pytest.approx(40.0, rel=0.05)
+
+    def speedup(batch, profiles):
+        return simulate(SimulationConfig(gpu="h100", target="llama-3.1-8b", draft="ngram", gamma=gamma,
+                                         acceptance=IIDAcceptance(0.6), empty_proposals=0.0, batch_size=batch,
+                                         requests=3 * batch, prompt_len=512, output_len=128,
+                                         profiles=profiles))["speedup_vs_no_spec"]
+    assert speedup(1, str(out)) > 1.3 and speedup(128, str(out)) < 0.9          # the 2024 slowdown
+    assert speedup(128, None) > 1.0                                              # today's engine: none
+
+
+@pytest.mark.parametrize("content,suffix,message", [
+    ("gpus = 5\n", ".toml", "'gpus' must be a table"),
+    ('{"gpus": [1, 2]}', ".json", "'gpus' must be a table"),
+    ('{"gpus": {"g": 5}}', ".json", "[gpus.g] must be a table"),
+    ('[gpus."new-gpu"]\npeak_tflops = 100.0\n', ".toml", "missing field(s) bandwidth_tb_s"),
+    ("[[gpus]]\n", ".toml", "'gpus' must be a table"),
+])
+def test_malformed_profile_files_are_one_line_exit_2_nothing_written(tmp_path, capsys, content, suffix, message):
+    path = tmp_path / f"bad{suffix}"
+    path.write_text(content)
+    csv = tmp_path / "out.csv"
+    gpu = "new-gpu" if "new-gpu" in content else "h100"
+    assert cli_main(["simulate", "--gpu", gpu, "--target", "llama-3.1-8b", "--profiles", str(path),
+                     "--requests", "4", "--csv", str(csv)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1 and not csv.exists()
+    out = tmp_path / "p.toml"
+    assert cli_main(["calibrate", "--gpu", gpu, "--target", "llama-3.1-8b", "--profiles", str(path),
+                     "--out", str(out)] + _latency_files(tmp_path, (1, 8, 32), (128, 1024))) == 2
+    assert message in capsys.readouterr().err and not out.exists()
+
+
+def test_one_field_over_a_known_gpu_merges(tmp_path):
+    from specgauge.simulator import load_gpu
+
+    path = tmp_path / "h100.toml"
+    path.write_text('[gpus.h100]\nbandwidth_tb_s = 3.0\n')
+    gpu = load_gpu("h100-sxm", str(path))
+    assert gpu.bandwidth_tb_s == 3.0 and gpu.peak_tflops == load_gpu("h100").peak_tflops
+    row = simulate(SimulationConfig(gpu="h100", target="llama-3.1-8b", draft="ngram", gamma=2, requests=4,
+                                    output_len=16, profiles=str(path)))
+    assert row["completed"] == 4
+
+
+@pytest.mark.parametrize("case", ["ms", "out-folder", "header-only", "batch-x", "kv"])
+def test_bad_calibrate_inputs_are_one_line_exit_2_nothing_written(tmp_path, capsys, case):
+    steps = tmp_path / "steps.csv"
+    out = tmp_path / "p.toml"
+    steps.write_text("batched_tokens,kv_tokens,ms\n1,100,5.0\n8,800,fast\n")
+    argv = ["calibrate", "--gpu", "h100", "--target", "llama-3.1-8b", "--out", str(out)]
+    expect = {"ms": ["steps.csv", "line 3", "column 3", "'fast'"]}
+    if case == "out-folder":
+        argv[-1] = str(tmp_path)
+        argv += _latency_files(tmp_path, (1, 8, 32), (128, 1024))
+        expect[case] = ["is a folder"]
+    elif case == "header-only":
+        steps.write_text("batched_tokens,kv_tokens,ms\n")
+        argv += ["--steps", str(steps)]
+        expect[case] = ["steps.csv", "no rows"]
+    elif case == "batch-x":
+        lat = tmp_path / "f.json"
+        lat.write_text(json.dumps({"avg_latency": 1.0}))
+        argv += ["--latency", f"{lat}:batch=x,input=512,output=128"]
+        expect[case] = ["batch='x'", "integer"]
+    elif case == "kv":
+        steps.write_text("batched_tokens,kv_tokens,ms\n1,-5,5.0\n")
+        argv += ["--steps", str(steps)]
+        expect[case] = ["line 2", "column 2", "kv_tokens"]
+    else:
+        argv += ["--steps", str(steps)]
+    before = set(tmp_path.iterdir())
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and all(text in err for text in expect[case]), err
+    assert set(tmp_path.iterdir()) == before
