@@ -19,6 +19,7 @@ from specgauge.stattests.core.certificate import Rates, failure  # noqa: F401  (
 from specgauge.stattests.core.contract import PAD
 from specgauge.stattests.chain.harness import FixtureRun
 from specgauge.stattests.chain.sequences import SequenceRun, sequence_counts
+from specgauge.stattests.core.identity import identity_test
 from specgauge.stattests.core.statistics import (MIN_EXPECTED, TestResult, _pool, acceptance_rate_test, combine_bonferroni, goodness_of_fit,
                          independence_test, ks_uniformity, tail_collision_test, tokens_per_pass_mean_test,
                          tokens_per_pass_test)
@@ -73,6 +74,18 @@ def exactness(run: FixtureRun, rates: Rates) -> dict[int | None, TestResult]:
             values = run.pit_id[:, k]
             out[k] = ks_uniformity(values[~np.isnan(values)], false_fail_rate=rates.false_fail,
                                    false_pass_rate=rates.false_pass, test="pit_ks")
+    return out
+
+
+def identity(run: FixtureRun, rates: Rates) -> dict[int | None, TestResult]:
+    """Tokens at position k, given it is emitted, are p_k's: an identity test whose
+    detectable TV holds against every alternative (the certificate's guarantee)."""
+    fx = run.fixture
+    out = {}
+    for k in range(fx.gamma + 1):
+        counts = np.bincount(_emitted_at(run, k), minlength=fx.vocab_size)
+        out[k] = identity_test(counts, fx.target[k], false_fail_rate=rates.false_fail,
+                               false_pass_rate=rates.false_pass, seed=run.seed)
     return out
 
 
@@ -251,6 +264,10 @@ CHECKS: dict[str, Check] = {c.name: c for c in [
           "same seed same output, no exception"),
     Check("exactness", "exactness", exactness, lambda f: not f.greedy, _all_positions,
           "tokens at each position (and the bonus) are distributed as p, given the position is emitted"),
+    Check("identity", "exactness", identity, lambda f: f.context_free and not f.greedy, _all_positions,
+          "tokens at each position (and the bonus) are distributed as p, given the position is emitted: "
+          "an identity test (Acharya-Daskalakis-Kamath statistic, null simulated from p) whose detectable "
+          "TV is the worst case over every alternative"),
     Check("tail-collisions", "exactness", tail_collisions,
           lambda f: f.context_free and not f.greedy and f.vocab_size >= TAIL_VOCAB, _all_positions,
           "the rare tokens the chi-square pools collide as often as p says: a bias that alternates among "

@@ -52,6 +52,7 @@ class FixtureRun:
     call_rows: int  # rows per verify call: row r is row r % call_rows of call r // call_rows
     error: str | None = None  # fatal: every check on the fixture reports it
     reproducibility_error: str | None = None  # the contract check reports it; statistics still run
+    seed: int = 0  # the run's seed: simulated null laws are drawn from it (one seed, one certificate)
 
 
 def fixture_seed(seed: int, fixture: PairFixture) -> np.random.SeedSequence:
@@ -170,7 +171,7 @@ def run_fixture(decoder: Decoder, fixture: PairFixture, config: RunConfig) -> Fi
     alpha = np.broadcast_to(fixture.acceptance(), (n, g)) if tables is not None else arrays["alpha"]
     return FixtureRun(fixture, n, arrays["lengths"].astype(np.int64), arrays["tokens"].astype(np.int64),
                       arrays["pit_id"], arrays["pit_ratio"], alpha, mismatches, example, step, error,
-                      None if error else repro_error)
+                      None if error else repro_error, config.seed)
 
 
 def _reproducibility_error(decoder: Decoder, fixture: PairFixture, seed: np.random.SeedSequence,
