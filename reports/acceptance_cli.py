@@ -66,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32", help="torch dtype of HF models (float32, bfloat16, float16)")
     p.add_argument("--batch-size", type=int, default=8, help="requests per forward pass")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's; 1 is fastest "
+                   "for tiny models on shared cores)")
     p.add_argument("--csv", default=None, metavar="PATH", help="summary CSV (default reports/acceptance.csv)")
     p.add_argument("--plot", action=argparse.BooleanOptionalAction, default=None,
                    help="write the PNG (default: on when matplotlib is installed)")
@@ -116,7 +118,8 @@ def _prepare(args):
         from .plots import _pyplot
 
         _pyplot()
-    loader = Loader(Sampling(args.temperature, args.top_p, args.top_k), args.device, args.dtype, args.batch_size)
+    loader = Loader(Sampling(args.temperature, args.top_p, args.top_k), args.device, args.dtype, args.batch_size,
+                    args.threads)
     target = load_model(args.target, "target", loader)
     drafts = [load_model(spec, "draft", loader) for spec in args.draft]
     labels = [d.name for d in drafts]
@@ -177,7 +180,10 @@ def execute(args) -> int:
 
     from .measure_acceptance import SUMMARY_COLUMNS, measure, summary_rows, trace_records
 
-    target_csv, target, drafts, requests, gammas, run_gammas, plan = _prepare(args)
+    try:
+        target_csv, target, drafts, requests, gammas, run_gammas, plan = _prepare(args)
+    except SpecgaugeError as exc:  # a probe file, a profile, an output folder: all inputs, all exit 2
+        raise AcceptanceInputError(str(exc)) from None
     started = time.perf_counter()
     with _bar(len(requests), "teacher forcing", args.no_progress) as bar:
         m = measure(target, drafts, requests, length=args.max_new_tokens, seed=args.seed, k=args.candidates,
@@ -235,8 +241,4 @@ def _plan(args, plan, target_csv, traces: Path, summary: pd.DataFrame, metadata:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = argv
-    try:
-        return execute(args)
-    except (AcceptanceInputError, SpecgaugeError) as exc:
-        print(f"specgauge acceptance: error: {exc}", file=sys.stderr)
-        return 2
+    return execute(args)
