@@ -239,6 +239,9 @@ def _plan(args, plan, target_csv, traces: Path, summary: pd.DataFrame, metadata:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help, or a bad option already reported in one line
+        return int(exc.code or 0)
     args.argv = argv
     return execute(args)
