@@ -28,7 +28,7 @@ GIB = float(2 ** 30)
 #: The default knee of a pass (``cost.blend``): 1 adds weight streaming and GEMM time (the
 #: published fits' form), infinity is the roofline's max. Chosen on held-out published
 #: curves (benchmarks/validate.py --knee-study), not per row.
-KNEE = 2.0
+KNEE = 1.5
 
 
 def _check_knee(where: str, knee: object) -> None:
