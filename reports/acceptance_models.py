@@ -89,7 +89,7 @@ class LawModel(Protocol):
     name: str
     vocab_size: int
 
-    def laws(self, sequences: Sequence[np.ndarray], first: Sequence[int]) -> list[np.ndarray]: ...
+    def laws(self, sequences: Sequence[np.ndarray], first: Sequence[int], native: bool = False) -> list[np.ndarray]: ...
 
     def sample(self, prompts: Sequence[np.ndarray], length: int, seed: int) -> list[np.ndarray]: ...
 
@@ -109,7 +109,7 @@ class NextTokenLaw:
     def vocab_size(self) -> int:
         return int(self.model.vocab_size)
 
-    def laws(self, sequences: Sequence[np.ndarray], first: Sequence[int]) -> list[np.ndarray]:
+    def laws(self, sequences: Sequence[np.ndarray], first: Sequence[int], native: bool = False) -> list[np.ndarray]:
         order = int(self.model.order)
         out = []
         for seq, start in zip(sequences, first):
@@ -208,7 +208,8 @@ class HFLaw:
     def vocab_size(self) -> int:
         return int(self.model.get_output_embeddings().weight.shape[0])
 
-    def laws(self, sequences: Sequence[np.ndarray], first: Sequence[int]) -> list[np.ndarray]:
+    def laws(self, sequences: Sequence[np.ndarray], first: Sequence[int], native: bool = False) -> list:
+        """NumPy laws, or with ``native`` torch tensors left on the model's device (α is computed there)."""
         import torch
 
         out: list[np.ndarray] = []
@@ -223,9 +224,9 @@ class HFLaw:
             with torch.no_grad(), self._threads():
                 logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits
                 rows = [logits[i, start - 1:len(s)] for i, (s, start) in enumerate(zip(batch, starts))]
-                laws = self.sampling.warp(torch.cat(rows)).cpu().numpy()
-            sizes = np.cumsum([len(s) - start + 1 for s, start in zip(batch, starts)])[:-1]
-            out += np.split(laws, sizes)
+                laws = self.sampling.warp(torch.cat(rows))
+            sizes = [len(s) - start + 1 for s, start in zip(batch, starts)]
+            out += [law if native else law.cpu().numpy() for law in laws.split(sizes)]
         return out
 
     def sample(self, prompts: Sequence[np.ndarray], length: int, seed: int) -> list[np.ndarray]:

@@ -36,25 +36,49 @@ LEVEL = 0.95
 # ---------------------------------------------------------------- per position
 
 
-def overlap(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+def _backend(x):
+    """numpy, or torch for a tensor (laws kept on the model's device: a GPU computes α where the laws are)."""
+    if isinstance(x, np.ndarray):
+        return np
+    import torch
+
+    return torch
+
+
+def to_numpy(x) -> np.ndarray:
+    return x if isinstance(x, np.ndarray) else x.detach().cpu().numpy()
+
+
+def overlap(p, q) -> np.ndarray:
     """α_t = Σ_v min(p_t(v), q_t(v)) per row; a token outside either vocabulary adds nothing."""
     width = min(p.shape[-1], q.shape[-1])
-    return np.minimum(p[..., :width], q[..., :width]).sum(axis=-1)
+    if type(p) is not type(q):  # a torch model against a NumPy one: meet on the host
+        p, q = to_numpy(p), to_numpy(q)
+    return to_numpy(_backend(p).minimum(p[..., :width], q[..., :width]).sum(-1))
 
 
-def top_candidates(q: np.ndarray, k: int) -> np.ndarray:
-    """The k most likely tokens of each row of q, ties by id: a top-k tree's children [L, k]."""
+def top_candidates(q, k: int) -> np.ndarray:
+    """The k most likely tokens of each row of q, ties by id: a top-k tree's children [L, k].
+
+    A tensor's rows are cut to their 2k + 8 largest entries on its device first (ties by id
+    are then exact unless more than k + 8 tokens tie at the k-th value)."""
     k = min(k, q.shape[-1])
-    part = np.argpartition(-q, k - 1, axis=-1)[:, :k] if k < q.shape[-1] else np.tile(np.arange(q.shape[-1]), (len(q), 1))
-    score = np.take_along_axis(q, part, axis=-1)
-    order = np.lexsort((part, -score), axis=-1)
-    return np.take_along_axis(part, order, axis=-1)
+    if isinstance(q, np.ndarray):
+        ids = np.argpartition(-q, k - 1, axis=-1)[:, :k] if k < q.shape[-1] else np.tile(np.arange(q.shape[-1]), (len(q), 1))
+        score = np.take_along_axis(q, ids, axis=-1)
+    else:
+        values, index = q.topk(min(q.shape[-1], 2 * k + 8), dim=-1)
+        score, ids = to_numpy(values), to_numpy(index)
+    order = np.lexsort((ids, -score), axis=-1)[:, :k]
+    return np.take_along_axis(ids, order, axis=-1)
 
 
-def rank_acceptance(p: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+def rank_acceptance(p, candidates: np.ndarray) -> np.ndarray:
     """p_t(c_r) [L, k]: the probability that rank r's candidate is the one top-k verification accepts."""
+    xp = _backend(p)
     safe = np.clip(candidates, 0, p.shape[-1] - 1)
-    got = np.take_along_axis(p, safe, axis=-1)
+    got = to_numpy(xp.take_along_dim(p, xp.as_tensor(safe, device=p.device), dim=-1) if xp is not np
+                   else np.take_along_axis(p, safe, axis=-1))
     return np.where((candidates >= 0) & (candidates < p.shape[-1]), got, 0.0)
 
 
@@ -101,7 +125,7 @@ def measure(target: LawModel, drafts: Sequence[LawModel | NgramProposer], reques
     for lo in range(0, len(requests), batch):
         seqs = [np.concatenate([p, c[:-1]]) for p, c in zip(prompts[lo:lo + batch], conts[lo:lo + batch])]
         first = [len(p) for p in prompts[lo:lo + batch]]
-        p_laws = target.laws(seqs, first)
+        p_laws = target.laws(seqs, first, native=True)
         for d, draft in enumerate(drafts):
             if isinstance(draft, NgramProposer):
                 for s, f, p in zip(seqs, first, p_laws):
@@ -110,7 +134,7 @@ def measure(target: LawModel, drafts: Sequence[LawModel | NgramProposer], reques
                     alphas[d].append(r[:, 0])
                     ranks[d].append(r)
             else:
-                for p, q in zip(p_laws, draft.laws(seqs, first)):
+                for p, q in zip(p_laws, draft.laws(seqs, first, native=True)):
                     alphas[d].append(overlap(p, q))
                     ranks[d].append(rank_acceptance(p, top_candidates(q, k)))
         if progress is not None:

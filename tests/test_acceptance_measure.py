@@ -18,8 +18,8 @@ from specgauge.laws import tokens_per_pass, tokens_per_pass_pmf
 from specgauge.reports.acceptance_models import NextTokenLaw, NgramProposer, Sampling
 from specgauge.reports.acceptance_prompts import Request, read_requests
 from specgauge.reports.cli import main
-from specgauge.reports.measure_acceptance import (law_sums, measure, overlap, run_speculative, summary_rows,
-                                                  top_candidates)
+from specgauge.reports.measure_acceptance import (law_sums, measure, overlap, rank_acceptance, run_speculative,
+                                                  summary_rows, top_candidates)
 
 FALSE_FAIL = 1e-6   # per assertion of this file's z-tests
 
@@ -230,3 +230,16 @@ def test_plan_ranks_the_drafts(tmp_path, capsys):
         assert level["scope"].iloc[0] == "same"                      # α = 1 beats α ≈ 0.69 at the same cost
         assert level["speedup"].is_monotonic_decreasing
     assert {"best_gamma_throughput", "draft_concurrency_cost"} <= set(decisions["decision"])
+
+
+def test_laws_left_on_the_device_give_the_same_alpha_and_ranks():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    p, q = rng.dirichlet(np.full(50, 0.3), size=7), rng.dirichlet(np.full(48, 0.3), size=7)
+    q[0, :4] = q[0, 4]                                    # ties: broken by id on both paths
+    tp, tq = torch.from_numpy(p), torch.from_numpy(q)
+    assert np.allclose(overlap(tp, tq), overlap(p, q), atol=1e-15)
+    assert np.array_equal(top_candidates(tq, 5), top_candidates(q, 5))
+    cands = top_candidates(q, 5)
+    cands[1, 2] = -1
+    assert np.array_equal(rank_acceptance(tp, cands), rank_acceptance(p, cands))
