@@ -131,3 +131,134 @@ def test_ks_power_holds_wherever_the_gap_sits(tv):
         pvalue = stats.binomtest(misses, KS_REPLICATES, CONFIG.false_pass, alternative="greater").pvalue
         print(f"KS n {n}, gap {reached:.4g} at {peak}: detected {1 - misses / (KS_REPLICATES):.4f}")
         assert pvalue >= META_RATE, f"gap at {peak}: missed {misses} of {KS_REPLICATES}"
+
+
+# ---------------------------------------------------------------- the identity test's worst case
+#
+# The identity row's min_detectable_tv is a guarantee against EVERY alternative at TV ε.
+# Searched here in the hardest directions the literature names, at the n and per-assertion
+# rate of the default certification: Paninski's paired ± perturbations (mass ∝ max(λ, 1),
+# the Cauchy–Schwarz least-favourable direction), permutations of p within probability
+# bands, mass moved between two mid-frequency tokens, the mixture towards the fixture's
+# draft, and the worst of random directions found by the test's own power calculation.
+
+IDENTITY_REPLICATES = 1000
+_SLOW = pytest.mark.slow
+IDENTITY_SHAPES = [("seed-six-token", 0), pytest.param("position-dependent", 4, marks=_SLOW),
+                   pytest.param("tiny", 3, marks=_SLOW), pytest.param("q-zeros", 0, marks=_SLOW),
+                   ("zipf-1k-tv0.05", 0), pytest.param("zipf-1k-tv0.5", 2, marks=_SLOW), ("batch1-g5", 5),
+                   pytest.param("batch8-g8", 8, marks=_SLOW), pytest.param("zipf-32k-tv0.2", 1, marks=_SLOW)]
+
+
+def _scale_to(p: np.ndarray, delta: np.ndarray, tv: float) -> np.ndarray | None:
+    """p + c·δ at TV ``tv`` (δ sums to 0), or None when that leaves the simplex."""
+    size = 0.5 * np.abs(delta).sum()
+    if size <= 0:
+        return None
+    q = p + delta * (tv / size)
+    return None if (q < -1e-15).any() else np.clip(q, 0.0, None) / np.clip(q, 0.0, None).sum()
+
+
+def _paninski(p: np.ndarray, n: int, tv: float, rng: np.random.Generator) -> np.ndarray | None:
+    """Neighbours by p paired; within a pair the heavier loses and the lighter gains ∝ max(λ, 1)
+    (random order of who is heavier's partner), as far as p allows the loss."""
+    order = np.argsort(p)[::-1]
+    order = order[p[order] > 0]
+    a = np.maximum(n * p, 1.0)
+    delta = np.zeros_like(p)
+    for i in range(0, order.size - 1, 2):
+        hi, lo = order[i], order[i + 1]
+        if rng.random() < 0.5:
+            hi, lo = lo, hi
+        d = min(a[hi], a[lo])
+        delta[hi] -= d
+        delta[lo] += d
+    # the loss may not exceed p: shrink the pairs that would overdraw, keep the rest
+    for _ in range(50):
+        q = _scale_to(p, delta, tv)
+        if q is not None:
+            return q
+        size = 0.5 * np.abs(delta).sum()
+        over = delta * (tv / size) < -p
+        delta[over] *= 0.5
+        delta -= delta.sum() * (delta > 0) / max(int((delta > 0).sum()), 1)  # rebalance: Σ δ = 0
+    return None
+
+
+def _band_permutation(p: np.ndarray, tv: float, rng: np.random.Generator) -> np.ndarray | None:
+    """p permuted within bands of neighbouring ranks (each band's mass unchanged), mixed to TV ``tv``."""
+    order = np.argsort(p)[::-1]
+    q = p.copy()
+    band = max(2, p.size // 64)
+    for start in range(0, p.size, band):
+        idx = order[start:start + band]
+        q[idx] = p[rng.permutation(idx)]
+    return _scale_to(p, q - p, tv)
+
+
+def _two_tokens(p: np.ndarray, tv: float) -> np.ndarray | None:
+    """ε of mass moved from the median-rank token that can give it to its lighter neighbour."""
+    order = np.argsort(p)[::-1]
+    can = order[p[order] >= tv]
+    if can.size == 0:
+        return None
+    giver = can[can.size // 2]
+    rank = int(np.flatnonzero(order == giver)[0])
+    taker = order[min(rank + 1, p.size - 1)] if rank + 1 < p.size else order[rank - 1]
+    delta = np.zeros_like(p)
+    delta[giver], delta[taker] = -1.0, 1.0
+    return _scale_to(p, delta, tv)
+
+
+def _searched(p: np.ndarray, n: int, tv: float, rng: np.random.Generator, critical: float) -> np.ndarray | None:
+    """The worst of 200 random directions (signs and lognormal sizes ∝ max(λ, 1)) by the
+    normal power margin E[Z] − z·sd the test's figure is computed from."""
+    from specgauge.stattests.core.identity import _poisson_variance, _weights
+
+    lam, w = _weights(n, p)
+    best, best_margin = None, np.inf
+    for _ in range(200):
+        delta = rng.choice([-1.0, 1.0], size=p.size) * np.maximum(lam, 1.0) * rng.lognormal(0, 1, size=p.size)
+        delta[p <= 0] = 0
+        delta -= p * delta.sum() / p.sum()
+        q = _scale_to(p, delta, tv)
+        if q is None:
+            continue
+        mean = n * n * float((w * (q - p) ** 2).sum())
+        margin = (mean - critical) / np.sqrt(_poisson_variance(n, p, q))
+        if margin < best_margin:
+            best, best_margin = q, margin
+    return best
+
+
+@pytest.mark.parametrize("name, k", IDENTITY_SHAPES)
+def test_identity_guarantee_holds_in_the_hardest_directions(name, k):
+    from specgauge.stattests.core.identity import identity_test, null_law
+
+    f = FIXTURES[name]
+    p = f.target[k]
+    n = int(CONFIG.rows(f) * emission_probability(f)[k])
+    rng = np.random.default_rng([17, k, len(name)])
+    probe = identity_test(multinomial_counts(n, p, rng), p, false_fail_rate=RATE)
+    tv = probe.min_detectable_tv
+    if not np.isfinite(tv) or tv >= 1:
+        pytest.skip(f"{name} position {k}: no worst-case guarantee at n {n}")
+    critical = null_law(n, p[p > 0]).critical(RATE)
+    directions = {"paninski-pairs": _paninski(p, n, tv, rng), "band-permutation": _band_permutation(p, tv, rng),
+                  "two-mid-tokens": _two_tokens(p, tv), "searched": _searched(p, n, tv, rng, critical)}
+    if k < f.gamma:
+        directions["towards-draft"] = _scale_to(p, f.draft[k] - p, tv)
+    lines, failed = [f"{name} position {k}: n {n}, guaranteed TV {tv:.4g} at false-fail {RATE:.2g}"], []
+    for label, q in directions.items():
+        if q is None:
+            lines.append(f"  {label}: not reachable at this TV")
+            continue
+        assert abs(0.5 * np.abs(q - p).sum() - tv) < 1e-6 * max(tv, 1e-3)
+        misses = sum(identity_test(multinomial_counts(n, q, rng), p, false_fail_rate=RATE).passed
+                     for _ in range(IDENTITY_REPLICATES))
+        pvalue = stats.binomtest(misses, IDENTITY_REPLICATES, CONFIG.false_pass, alternative="greater").pvalue
+        lines.append(f"  {label}: detected {1 - misses / IDENTITY_REPLICATES:.4f} (binomial p-value {pvalue:.3g})")
+        if pvalue < META_RATE:
+            failed.append(label)
+    print("\n".join(lines))
+    assert not failed, "\n".join(lines)

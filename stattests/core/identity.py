@@ -12,9 +12,9 @@ Paninski (2008) and Valiant & Valiant (2014) rather than the V/ε² of learning 
 
 The null law is simulated exactly (p is known: Multinomial(n, p) counts, vectorised,
 from a generator seeded by the caller), and its critical value at the false-fail rate
-comes from the Pearson type III law matched to the simulated mean, standard deviation and
-skewness (skewness raised by two of its standard errors: a heavier right tail). No
-asymptotic χ² is involved. The p-value of an observed Z is that law's upper tail.
+comes from the Pearson type III law with Z's exact mean and variance (from the
+multinomial's factorial moments) and the simulated skewness (raised by two of its
+standard errors: a heavier right tail). No asymptotic χ² is involved. The p-value of an observed Z is that law's upper tail.
 """
 
 from __future__ import annotations
@@ -101,13 +101,37 @@ def _simulate(n: int, p: np.ndarray, replicates: int, rng: np.random.Generator) 
     return out
 
 
+def exact_moments(n: int, p: np.ndarray) -> tuple[float, float]:
+    """Mean and variance of Z under Multinomial(n, p), exactly, from factorial moments.
+
+    Z = A − B + Σ w λ² with A = Σ w N(N − 1), B = Σ c N, c = 2 w λ; the multinomial's
+    E[N_i^(a) N_j^(b)] = n^(a+b) p_i^a p_j^b (i ≠ j) and N^(2)·N^(2) = N^(4) + 4 N^(3) + 2 N^(2).
+    """
+    lam, w = _weights(n, p)
+    c = 2 * w * lam
+    n2, n3, n4 = n * (n - 1.0), n * (n - 1.0) * (n - 2.0), n * (n - 1.0) * (n - 2.0) * (n - 3.0)
+    wp2, cp = float((w * p * p).sum()), float((c * p).sum())
+    mean_a, mean_b = n2 * wp2, n * cp
+    var_a = n4 * wp2 ** 2 + 4 * n3 * float((w * w * p ** 3).sum()) + 2 * n2 * float((w * w * p * p).sum()) - mean_a ** 2
+    var_b = n2 * cp ** 2 + n * float((c * c * p).sum()) - mean_b ** 2
+    cov = n3 * wp2 * cp + 2 * n2 * float((w * c * p * p).sum()) - mean_a * mean_b
+    return mean_a - mean_b + float((w * lam * lam).sum()), max(var_a + var_b - 2 * cov, 0.0)
+
+
+def replicates_for(n: int, size: int, replicates: int = NULL_REPLICATES) -> int:
+    """Replicates to simulate: at least ``replicates``, more (up to 20,000) where a draw is cheap."""
+    return int(min(20_000, max(replicates, 2_000_000 // max(min(n, size), 1))))
+
+
 @lru_cache(maxsize=256)
 def _null_cached(n: int, key: bytes, seed: int, replicates: int) -> NullLaw:
     p = np.frombuffer(key, dtype=np.float64)
+    replicates = replicates_for(n, p.size, replicates)
     z = _simulate(n, p, replicates, np.random.default_rng([seed, n, zlib.crc32(key)]))
-    sd = float(z.std(ddof=1))
-    skew = float(stats.skew(z)) if sd > 0 else 0.0
-    return NullLaw(float(z.mean()), sd, skew + 2.0 * math.sqrt(6.0 / replicates), replicates)
+    mean, variance = exact_moments(n, p)
+    sd = math.sqrt(variance)
+    skew = float(((z - mean) ** 3).mean() / variance ** 1.5) if variance > 0 else 0.0
+    return NullLaw(mean, sd, skew + 2.0 * math.sqrt(6.0 / replicates), replicates)
 
 
 def null_law(n: int, p: np.ndarray, seed: int = 0, replicates: int = NULL_REPLICATES) -> NullLaw:
@@ -146,6 +170,15 @@ def _min_tv(n: int, p: np.ndarray, critical: float, null_sd: float, false_pass_r
     if margin(1.0) < 0:
         return math.inf
     return float(optimize.brentq(margin, 1e-9, 1.0, xtol=1e-7))
+
+
+@lru_cache(maxsize=1024)
+def _figure(n: int, key: bytes, seed: int, replicates: int, false_fail_rate: float,
+            false_pass_rate: float) -> tuple[float, float]:
+    """(critical value, worst-case detectable TV) of one null law at one pair of rates."""
+    law = _null_cached(n, key, seed, replicates)
+    critical = law.critical(false_fail_rate)
+    return critical, _min_tv(n, np.frombuffer(key, dtype=np.float64), critical, law.sd, false_pass_rate)
 
 
 def _analytic_null(n: int, p: np.ndarray) -> NullLaw:
@@ -187,10 +220,10 @@ def identity_test(
     possible = probs > 0
     hits = float(counts[~possible].sum())
     p, c = probs[possible], counts[possible].astype(np.float64)
-    law = null_law(n, p, seed, replicates)
+    key = np.ascontiguousarray(p, dtype=np.float64).tobytes()
+    law = _null_cached(n, key, int(seed), int(replicates))
     z = identity_statistic(c, p)
-    critical = law.critical(false_fail_rate)
-    detectable = _min_tv(n, p, critical, law.sd, false_pass_rate)
+    critical, detectable = _figure(n, key, int(seed), int(replicates), false_fail_rate, false_pass_rate)
     if possible.sum() == 1:  # one possible token: only impossible hits can show a difference
         detectable = _occurrence_min_tv(n, false_pass_rate)
     pvalue = 0.0 if hits else min(1.0, law.sf(z))
