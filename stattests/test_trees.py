@@ -19,6 +19,8 @@ from specgauge.fixtures.toy_lm import load_toy_lm
 from specgauge.fixtures.trees import TREE_FIXTURES
 from specgauge.laws import full_tree_parents
 from specgauge.stattests.chain.sequences import sequence_counts, sequence_distribution
+from specgauge.stattests.core.certificate import record
+from specgauge.stattests.core.identity import identity_test
 from specgauge.stattests.core.statistics import goodness_of_fit, min_num_samples_for_goodness_of_fit
 from specgauge.stattests.chain.certify import DEFAULT_FALSE_FAIL, assert_certified
 from specgauge.stattests.tree.checks import (DEFAULT_TREE_TV, TREE_CHECKS, TreeCertConfig,
@@ -106,5 +108,10 @@ def test_tree_generation_joint_law(specgauge_tree_generation, request):
     result = speculative_tree_generate(pair.target, pair.draft, pair.prompt, session.decoder, parents=parents,
                                        new_tokens=new_tokens, num_sequences=n,
                                        rng=np.random.default_rng([cfg.seed, list(GENERATION_CASES).index(case)]))
-    outcome = goodness_of_fit(sequence_counts(result.tokens, pair.vocab_size), exact, false_fail_rate=rate)
-    assert outcome.passed, f"joint law of the first {new_tokens} tokens\n{outcome.describe()}"
+    counts = sequence_counts(result.tokens, pair.vocab_size)
+    outcomes = [goodness_of_fit(counts, exact, false_fail_rate=rate / 2),
+                identity_test(counts, exact, false_fail_rate=rate / 2, seed=cfg.seed)]
+    for outcome in outcomes:  # end to end joins the tree certificate: its verdict is the run's
+        record(session, outcome, "generation-joint-law", case, outcome.test.replace("_", "-"), "exactness")
+    failed = [o.describe() for o in outcomes if not o.passed]
+    assert not failed, f"joint law of the first {new_tokens} tokens\n" + "\n".join(failed)
