@@ -107,7 +107,7 @@ def rank_drafts(frame: pd.DataFrame, alpha: Mapping[str, float]) -> list[dict]:
             detail = (f"rank {rank}: {label} ({row['draft']}) at γ={int(row['gamma'])}: {speedup:.3f}× output "
                       f"throughput (measured mean α {alpha.get(label, float('nan')):.3f}, {row['acceptance']})"
                       + ("" if speedup > 1.0 else "; does not pay: run without speculation"))
-            out.append(_decision("draft_rank", label, row, metric=SPEEDUP_METRIC, value=float(row["output_throughput"]),
+            out.append(_decision("draft_rank", f"{DRAFT_COLUMN}={label}", row, metric=SPEEDUP_METRIC, value=float(row["output_throughput"]),
                                  baseline=float(row["no_spec_output_throughput"]), speedup=speedup, detail=detail))
     return out
 
@@ -127,6 +127,6 @@ def ranking_lines(table: pd.DataFrame) -> list[str]:
     lines = []
     ranks = table[table["decision"] == "draft_rank"]
     for batch, group in ranks.groupby("batch_size", sort=True):
-        order = ", ".join(f"{r.scope} (γ={int(r.gamma)}, {float(r.speedup):.2f}×)" for r in group.itertuples())
+        order = ", ".join(f"{r.scope.partition('=')[2]} (γ={int(r.gamma)}, {float(r.speedup):.2f}×)" for r in group.itertuples())
         lines.append(f"batch {int(batch)}: {order}")
     return lines

@@ -227,7 +227,7 @@ def test_plan_ranks_the_drafts(tmp_path, capsys):
     ranks = decisions[decisions["decision"] == "draft_rank"]
     assert len(ranks) == 4
     for _, level in ranks.groupby("batch_size"):
-        assert level["scope"].iloc[0] == "same"                      # α = 1 beats α ≈ 0.69 at the same cost
+        assert level["scope"].iloc[0] == "measured_draft=same"                      # α = 1 beats α ≈ 0.69 at the same cost
         assert level["speedup"].is_monotonic_decreasing
     assert {"best_gamma_throughput", "draft_concurrency_cost"} <= set(decisions["decision"])
 
