@@ -37,12 +37,12 @@ def blend(a, b, knee: float):
     """``(a^p + b^p)^(1/p)`` for p = ``knee`` >= 1: the sum at 1, the max at infinity, between in between."""
     if knee == 1:
         return a + b
-    if math.isinf(knee):
+    if knee == math.inf:
         return np.maximum(a, b)
-    hi = np.maximum(a, b)
-    lo = np.minimum(a, b)
-    ratio = np.divide(lo, hi, out=np.zeros_like(np.asarray(hi, dtype=float)), where=np.asarray(hi) > 0)
-    return hi * (1.0 + ratio ** knee) ** (1.0 / knee)
+    inverse = 1.0 / knee
+    if isinstance(a, float) and isinstance(b, float):      # one pass (numpy's float64 is a float too)
+        return (a ** knee + b ** knee) ** inverse
+    return (np.power(a, knee) + np.power(b, knee)) ** inverse
 
 
 @dataclass(frozen=True)
@@ -123,12 +123,12 @@ class PassCost:
         if not self.experts:
             return self.c_weight
         e, k = self.experts, self.experts_per_token
-        touched = e * (1.0 - np.power(1.0 - k / e, np.asarray(tokens, dtype=float)))
+        touched = e * (1.0 - np.power(1.0 - k / e, tokens))
         return self.c_weight + self.c_expert * touched
 
     def linear(self, tokens):
         """Seconds of the pass's matrices: weight streaming and GEMM arithmetic, blended at the knee."""
-        return blend(self.weights(tokens), self.c_token * np.asarray(tokens, dtype=float), self.knee)
+        return blend(self.weights(tokens), self.c_token * tokens, self.knee)
 
     def time(self, tokens, kv, attn):
         """Seconds for a pass over ``tokens`` new tokens reading ``kv`` cached tokens.
