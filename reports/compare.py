@@ -8,7 +8,11 @@ from specgauge.errors import ConfigError
 from specgauge.stattests.server.compare import MODES, ServerCertificate, run_mode
 from specgauge.stattests.server.probe import read_probe
 
-from .csvio import resolve_csv_target, write_csv_atomic
+from .csvio import resolve_csv_target
+from .probe import _number, count, positive, top_p, unit
+
+rate = _number(float, lambda v: 0 < v < 1, "a rate in (0, 1)")
+tv = _number(float, lambda v: 0 < v <= 1, "a TV in (0, 1]")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,13 +26,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="local Hugging Face model directory of the served model: reference mode")
     parser.add_argument("--mode", choices=MODES, default=None,
                         help="default: two-sample with --baseline, reference with --reference, else logprobs")
-    parser.add_argument("--false-fail", type=float, default=1e-6, help="total false-fail rate (default 1e-6)")
-    parser.add_argument("--tv", type=float, default=0.1,
+    parser.add_argument("--false-fail", type=rate, default=1e-6, help="total false-fail rate, in (0, 1) (default 1e-6)")
+    parser.add_argument("--tv", type=tv, default=0.1,
                         help="target TV for the 'needed samples per prompt' column (default 0.1)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the randomized PIT (default 0)")
-    parser.add_argument("--ref-temperature", type=float, default=None, help="default: the run's temperature")
-    parser.add_argument("--ref-top-k", type=int, default=None, help="default: the run's top_k")
-    parser.add_argument("--ref-top-p", type=float, default=None, help="default: the run's top_p")
+    parser.add_argument("--ref-temperature", type=positive, default=None, help="default: the run's temperature")
+    parser.add_argument("--ref-top-k", type=count, default=None, help="default: the run's top_k")
+    parser.add_argument("--ref-top-p", type=top_p, default=None, help="default: the run's top_p")
+    parser.add_argument("--ref-min-p", type=unit, default=None, help="default: the run's min_p")
     parser.add_argument("--csv", default=None, help="certificate CSV (default reports/server_certificate.csv)")
     return parser
 
@@ -51,7 +56,8 @@ def certificate(args: argparse.Namespace) -> ServerCertificate:
         ref = ReferenceModel(args.reference,
                              temperature=args.ref_temperature if args.ref_temperature is not None else params["temperature"],
                              top_k=args.ref_top_k if args.ref_top_k is not None else params.get("top_k"),
-                             top_p=args.ref_top_p if args.ref_top_p is not None else params.get("top_p"))
+                             top_p=args.ref_top_p if args.ref_top_p is not None else params.get("top_p"),
+                             min_p=args.ref_min_p if args.ref_min_p is not None else params.get("min_p"))
         return run_mode(mode, run=candidate, law=ref, seed=args.seed, **common)
     return run_mode(mode, run=candidate, seed=args.seed, **common)
 
@@ -60,12 +66,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     target = resolve_csv_target(args.csv, default_name="server_certificate.csv")
     cert = certificate(args)
-    frame = cert.frame()
-    write_csv_atomic(frame, target.path, {"command": "compare", "mode": cert.mode, "candidate": args.candidate,
+    frame = cert.frame
+    cert.certificate.to_csv(target.path, {"command": "compare", "mode": cert.mode, "candidate": args.candidate,
                                           "baseline": args.baseline, "reference": args.reference,
                                           "false_fail_rate": args.false_fail, "seed": args.seed,
                                           "notes": list(cert.notes), "verdict": cert.verdict()})
-    print(frame[["test", "passed", "pvalue", "n", "min_detectable_tv", "measured_tv"]].to_string(index=False))
+    print(frame[["check", "position", "verdict", "pvalue", "n", "min_detectable_tv", "observed"]]
+          .rename(columns={"observed": "measured_tv"}).to_string(index=False))
     for note in cert.notes:
         print(f"note: {note}")
     print(cert.verdict())

@@ -11,6 +11,28 @@ from specgauge.errors import ConfigError
 from specgauge.stattests.server.probe import ClientConfig, ProbeConfig, load_prompts, probe
 
 
+def _number(kind, test, what: str):
+    """An argparse type: ``kind`` parsed, then ``test`` checked; a bad value is one line naming ``what``."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if not test(value):
+            raise argparse.ArgumentTypeError(f"{text!r}: must be {what}")
+        return value
+    parse.__name__ = what
+    return parse
+
+
+positive_int = _number(int, lambda v: v >= 1, "an integer >= 1")
+count = _number(int, lambda v: v >= 0, "an integer >= 0")
+positive = _number(float, lambda v: 0 < v < float("inf"), "a positive number")
+temperature = _number(float, lambda v: 0 <= v < float("inf"), "a number >= 0")
+top_p = _number(float, lambda v: 0 < v <= 1, "a probability in (0, 1]")
+unit = _number(float, lambda v: 0 <= v <= 1, "a number in [0, 1]")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="specgauge probe",
@@ -22,20 +44,24 @@ def build_parser() -> argparse.ArgumentParser:
                         help='JSONL of {"prompt": ...} lines (default: a built-in set with concentrated next tokens)')
     parser.add_argument("--model", default=None, help="model name (default: the first /v1/models lists)")
     parser.add_argument("--chat", action="store_true", help="use /v1/chat/completions instead of /v1/completions")
-    parser.add_argument("--temperature", type=float, default=1.0, help="default 1.0")
-    parser.add_argument("--top-p", type=float, default=None)
-    parser.add_argument("--top-k", type=int, default=None, help="sent only when given")
-    parser.add_argument("-L", "--max-tokens", type=int, default=3, help="tokens per sample, L (default 3)")
-    parser.add_argument("--samples", type=int, default=100, help="samples per prompt (default 100)")
-    parser.add_argument("--top-logprobs", type=int, default=0,
+    parser.add_argument("--temperature", type=temperature, default=1.0, help="default 1.0")
+    parser.add_argument("--top-p", type=top_p, default=None, help="sent only when given, in (0, 1]")
+    parser.add_argument("--top-k", type=count, default=None, help="sent only when given (0: off on llama.cpp)")
+    parser.add_argument("--min-p", type=unit, default=None, help="sent only when given (0: off)")
+    parser.add_argument("--stop", action="append", default=None, help="a stop string (repeatable); sent only when given")
+    parser.add_argument("-L", "--max-tokens", type=positive_int, default=3, help="tokens per sample, L (default 3)")
+    parser.add_argument("--samples", type=positive_int, default=100, help="samples per prompt (default 100)")
+    parser.add_argument("--top-logprobs", type=count, default=0,
                         help="ask for K top logprobs per position (enables `compare --mode logprobs`)")
-    parser.add_argument("--n", type=int, default=16, help="samples per request where the server honours n (default 16)")
+    parser.add_argument("--n", type=positive_int, default=16,
+                        help="samples per request where the server honours n (default 16)")
     parser.add_argument("--extra-body", default="{}",
                         help="JSON merged into every request body, e.g. engine fields such as generation_config")
-    parser.add_argument("--concurrency", type=int, default=4, help="requests in flight (default 4)")
-    parser.add_argument("--max-rps", type=float, default=None, help="requests started per second, at most")
-    parser.add_argument("--retries", type=int, default=5, help="retries on 429/5xx/dropped connections (default 5)")
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per request (default 120)")
+    parser.add_argument("--concurrency", type=positive_int, default=4, help="requests in flight (default 4)")
+    parser.add_argument("--max-rps", type=positive, default=None, help="requests started per second, at most")
+    parser.add_argument("--retries", type=count, default=5, help="retries on 429/5xx/dropped connections (default 5)")
+    parser.add_argument("--timeout", type=positive, default=120.0,
+                        help="seconds per request, > 0: a request cannot finish in no time (default 120)")
     parser.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"), help="default $OPENAI_API_KEY")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
@@ -50,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     if not isinstance(extra, dict):
         raise ConfigError("--extra-body must be a JSON object")
     cfg = ProbeConfig(args.url, model=args.model, endpoint="chat" if args.chat else "completions",
-                      temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, max_tokens=args.max_tokens,
+                      temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
+                      stop=tuple(args.stop) if args.stop else None, max_tokens=args.max_tokens,
                       samples_per_prompt=args.samples, top_logprobs=args.top_logprobs, n=args.n, extra_body=extra)
     client = ClientConfig(concurrency=args.concurrency, max_rps=args.max_rps, retries=args.retries,
                           timeout_s=args.timeout, api_key=args.api_key)

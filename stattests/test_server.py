@@ -46,7 +46,8 @@ def _report(request, cert) -> None:
     path = request.config.getoption("specgauge_certificate")
     if path:
         stem, dot, ext = path.rpartition(".")
-        cert.frame().to_csv(f"{stem}_{cert.mode}.{ext}" if dot else f"{path}_{cert.mode}", index=False)
+        cert.certificate.to_csv(f"{stem}_{cert.mode}.{ext}" if dot else f"{path}_{cert.mode}",
+                                {"command": "pytest stattests -k server", "mode": cert.mode, "notes": list(cert.notes)})
     print(cert.verdict())
 
 

@@ -212,7 +212,7 @@ def test_pytest_integration_against_the_server(server, tmp_path):
         env={**os.environ, "SPECGAUGE_SERVER_SAMPLES": "20"}, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-2000:]
     assert "1 passed, 1 skipped" in result.stdout and "returns no logprobs" in result.stdout
-    assert (tmp_path / "server_two-sample.csv").read_text().startswith("mode,test,passed")
+    assert (tmp_path / "server_two-sample.csv").read_text().startswith("decoder,check,family")
 
 
 def test_compare_cli_reference_mode(runs, traces, model_dir, tmp_path, capsys):

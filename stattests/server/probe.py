@@ -16,13 +16,14 @@ per request: ``n`` where the server honours it, else one.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import math
 import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import specgauge
 from specgauge.errors import ConfigError, SpecgaugeError
@@ -59,6 +60,8 @@ class ProbeConfig:
     temperature: float = 1.0
     top_p: float | None = None
     top_k: int | None = None            # sent only when set (some servers refuse the field)
+    min_p: float | None = None          # sent only when set (llama.cpp, vLLM, SGLang read it)
+    stop: tuple[str, ...] | None = None  # stop strings, sent only when set
     max_tokens: int = 3                 # L: the length of every sampled sequence
     samples_per_prompt: int = 100
     top_logprobs: int = 0               # ask for this many top logprobs per position (0: none)
@@ -70,14 +73,23 @@ class ProbeConfig:
             raise ConfigError(f"endpoint must be 'completions' or 'chat', got {self.endpoint!r}")
         if self.max_tokens < 1 or self.samples_per_prompt < 1 or self.n < 1:
             raise ConfigError("max_tokens, samples_per_prompt and n must be at least 1")
-        if not self.temperature >= 0:
-            raise ConfigError(f"temperature must be >= 0, got {self.temperature!r}")
+        if not (self.temperature >= 0 and math.isfinite(self.temperature)):
+            raise ConfigError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p must lie in (0, 1], got {self.top_p!r}")
+        if self.min_p is not None and not 0 <= self.min_p <= 1:
+            raise ConfigError(f"min_p must lie in [0, 1], got {self.min_p!r}")
+        if self.top_k is not None and self.top_k < 0:
+            raise ConfigError(f"top_k must be >= 0 (0: off on llama.cpp), got {self.top_k!r}")
+        if self.top_logprobs < 0:
+            raise ConfigError(f"top_logprobs must be >= 0, got {self.top_logprobs!r}")
 
     def params(self) -> dict[str, Any]:
         """The fields that decide the law being sampled (a resumed file must match them)."""
         out = asdict(self)
         out.pop("url")
         out["extra_body"] = dict(self.extra_body)
+        out["stop"] = list(self.stop) if self.stop is not None else None
         return out
 
 
@@ -92,6 +104,17 @@ class ClientConfig:
     timeout_s: float = 120.0
     api_key: str | None = None
 
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ConfigError(f"concurrency must be at least 1 request in flight, got {self.concurrency!r}")
+        if self.max_rps is not None and not (self.max_rps > 0 and math.isfinite(self.max_rps)):
+            raise ConfigError(f"max_rps must be a positive number, got {self.max_rps!r}")
+        if self.retries < 0:
+            raise ConfigError(f"retries must be >= 0, got {self.retries!r}")
+        if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
+            raise ConfigError(f"timeout must be a positive number of seconds (a request cannot finish in "
+                              f"{self.timeout_s!r} s)")
+
 
 @dataclass(frozen=True)
 class ProbeRun:
@@ -99,6 +122,7 @@ class ProbeRun:
 
     header: dict[str, Any]
     records: list[dict[str, Any]]
+    path: Path | None = None
 
 
 # ---------------------------------------------------------------- prompts
@@ -151,14 +175,22 @@ def read_probe(path: Path | str) -> ProbeRun:
     if not header or header.get("format") != FORMAT:
         raise ConfigError(f"{path} is not a specgauge probe file (no {FORMAT} header)")
     records = [r for r in map(_parse, lines[1:]) if r is not None and "p" in r and "s" in r]
-    return ProbeRun(header, records)
+    n_prompts = len(header.get("prompts") or [])
+    for r in records:
+        if not (isinstance(r["p"], int) and 0 <= r["p"] < n_prompts and isinstance(r.get("text"), str)):
+            raise ConfigError(f"{path}: a sample line is malformed (prompt index {r['p']!r} of {n_prompts}, "
+                              f"text {type(r.get('text')).__name__}): {json.dumps(r)[:120]}")
+    return ProbeRun(header, records, path)
 
 
 class _Journal:
     """Append-only writer: one ``write`` per line on an O_APPEND descriptor."""
 
     def __init__(self, path: Path) -> None:
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise ConfigError(f"cannot write {str(path)!r}: {exc.strerror}") from None
 
     def write(self, entries: Iterable[Mapping[str, Any]]) -> None:
         data = b"".join(json.dumps(e, separators=(",", ":")).encode() + b"\n" for e in entries)
@@ -285,6 +317,10 @@ def _body(cfg: ProbeConfig, model: str, prompt: str, n: int, logprobs: bool) -> 
         body["top_p"] = cfg.top_p
     if cfg.top_k is not None:
         body["top_k"] = cfg.top_k
+    if cfg.min_p is not None:
+        body["min_p"] = cfg.min_p
+    if cfg.stop is not None:
+        body["stop"] = list(cfg.stop)
     if n > 1:
         body["n"] = n
     if logprobs and cfg.top_logprobs > 0:
@@ -317,10 +353,10 @@ def _parse_choice(choice: Mapping[str, Any], endpoint: str) -> dict[str, Any]:
         content = lp["content"]
         tokens = [c["token"] for c in content]
         logprobs = [c["logprob"] for c in content]
-        top = [[[t["token"], t["logprob"]] for t in c.get("top_logprobs") or []] for c in content]
+        top = [_top_pairs(c.get("top_logprobs")) for c in content]
     elif isinstance(lp, dict) and isinstance(lp.get("tokens"), list):
         tokens, logprobs = lp["tokens"], lp.get("token_logprobs")
-        top = [[[k, v] for k, v in (d or {}).items()] for d in lp.get("top_logprobs") or []]
+        top = [_top_pairs(d) for d in lp.get("top_logprobs") or []]
     if tokens is not None:
         record["tokens"] = tokens
         if logprobs is not None:
@@ -333,6 +369,25 @@ def _parse_choice(choice: Mapping[str, Any], endpoint: str) -> dict[str, Any]:
     elif tokens and all(_token_id(t) is not None for t in tokens):
         record["token_ids"] = [_token_id(t) for t in tokens]
     return record
+
+
+def _top_pairs(entry: Any) -> list[list]:
+    """One position's top logprobs as [token, logprob] pairs, from the shapes servers return:
+    a {token: logprob} mapping (OpenAI completions), a list of {"token", "logprob"} objects
+    (chat), or a list of [token, logprob] pairs."""
+    if not entry:
+        return []
+    if isinstance(entry, dict):
+        pairs = list(entry.items())
+    elif isinstance(entry, list):
+        pairs = [(e.get("token"), e.get("logprob")) if isinstance(e, dict) else
+                 tuple(e) if isinstance(e, (list, tuple)) and len(e) == 2 else (None, None) for e in entry]
+    else:
+        pairs = [(None, None)]
+    if not all(isinstance(t, str) and isinstance(v, (int, float)) for t, v in pairs):
+        raise ServerError(f"top_logprobs in an unknown shape (expected {{token: logprob}}, [{{token, logprob}}] "
+                          f"or [[token, logprob]]): {json.dumps(entry)[:120]}")
+    return [[t, float(v)] for t, v in pairs]
 
 
 async def _complete(client: _Client, cfg: ProbeConfig, model: str, prompt: str, n: int,
@@ -412,6 +467,10 @@ def probe(cfg: ProbeConfig, prompts: list[str], out: Path | str, *, client_confi
 async def _probe(cfg, prompts, out: Path, client_config, transport, progress, max_samples) -> ProbeSummary:
     if not prompts:
         raise ConfigError("no prompts to probe")
+    if not out.parent.is_dir():
+        raise ConfigError(f"cannot write {str(out)!r}: the folder {str(out.parent)!r} does not exist")
+    if out.is_dir():
+        raise ConfigError(f"cannot write {str(out)!r}: it is a folder")
     started = time.monotonic()
     client = _Client(cfg.url, client_config, transport)
     try:
@@ -427,6 +486,7 @@ async def _probe(cfg, prompts, out: Path, client_config, transport, progress, ma
             journal = _Journal(out)
             first: list[dict[str, Any]] = []
             watch = _SamplingWatch(cfg, len(prompts), run.records)
+            requests = itertools.count(1 + max((r.get("r", -1) for r in run.records), default=-1))
         else:
             models = await _models(client)
             model = cfg.model or (models["data"][0].get("id") if models["data"] else None)
@@ -440,6 +500,8 @@ async def _probe(cfg, prompts, out: Path, client_config, transport, progress, ma
             journal = _Journal(out)
             journal.write([header])
             watch = _SamplingWatch(cfg, len(prompts), [{"p": 0, **rec} for rec in first])
+            first = [{**rec, "r": 0} for rec in first]
+            requests = itertools.count(1)
         todo = {p: [s for s in range(cfg.samples_per_prompt) if (p, s) not in done] for p in range(len(prompts))}
         if first:
             taken, todo[0] = todo[0][:len(first)], todo[0][len(first):]
@@ -459,7 +521,7 @@ async def _probe(cfg, prompts, out: Path, client_config, transport, progress, ma
         try:
             watch.check()
             drawn += await _run_jobs(client, cfg, model, prompts, caps, jobs, journal, watch,
-                                     client_config.concurrency, progress)
+                                     client_config.concurrency, progress, requests)
         finally:
             journal.close()
     finally:
@@ -468,7 +530,8 @@ async def _probe(cfg, prompts, out: Path, client_config, transport, progress, ma
     return ProbeSummary(out, drawn, total, time.monotonic() - started, caps)
 
 
-async def _run_jobs(client, cfg, model, prompts, caps, jobs, journal, watch, concurrency, progress) -> int:
+async def _run_jobs(client, cfg, model, prompts, caps, jobs, journal, watch, concurrency, progress,
+                    requests: Iterator[int]) -> int:
     from tqdm.auto import tqdm
 
     semaphore = asyncio.Semaphore(concurrency)
@@ -483,7 +546,8 @@ async def _run_jobs(client, cfg, model, prompts, caps, jobs, journal, watch, con
                 return
             while len(got) < len(indices):  # a server may return fewer choices than `n`
                 need = len(indices) - len(got)
-                got += await _complete(client, cfg, model, prompts[p], need, caps)
+                rid = next(requests)  # the request: the unit of independence when n > 1
+                got += [{**rec, "r": rid} for rec in await _complete(client, cfg, model, prompts[p], need, caps)]
         records = [{"p": p, "s": s, **rec} for s, rec in zip(indices, got)]
         journal.write(records)
         count += len(indices)

@@ -28,6 +28,7 @@ class ReferenceModel:
     temperature: float = 1.0
     top_k: int | None = None
     top_p: float | None = None
+    min_p: float | None = None
     add_special_tokens: bool = True  # how the server tokenises a completions prompt
 
     def __post_init__(self) -> None:
@@ -43,20 +44,27 @@ def _load(path: str):
         import torch  # noqa: F401
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError as exc:
-        raise ConfigError(f"the reference mode needs torch and transformers: pip install 'specgauge[hf]' ({exc})") from None
-    if not Path(path).exists():
+        raise ConfigError(f"the reference mode needs torch and transformers: install the extra with "
+                          f"pip install 'specgauge[hf]' ({exc})") from None
+    if not Path(path).is_dir():
         raise ConfigError(f"reference model {path!r} is not a local directory")
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path).eval()
+    except (OSError, ValueError, KeyError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"no model in {path!r} (a Hugging Face model directory with config.json, weights and "
+                          f"tokenizer is needed): {first[:160]}") from None
     return tokenizer, model
 
 
 def teacher_forced_law(ref: ReferenceModel, run: ProbeRun) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(prompt[N], tokens[N, L], probs[N, L, V]) for the run's samples that tokenise to L tokens."""
+    """(prompt[N], tokens[N, L], probs[N, L, V]): each sample's ids, −1 past its end (a sample
+    that re-tokenises to more than L tokens is left out), and the law at each position."""
+    tokenizer, model = _load(ref.path)
     import torch
     from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-    tokenizer, model = _load(ref.path)
     length = run.header["params"]["max_tokens"]
     chat = run.header["params"]["endpoint"] == "chat"
     prompt_ids = []
@@ -67,19 +75,23 @@ def teacher_forced_law(ref: ReferenceModel, run: ProbeRun) -> tuple[np.ndarray, 
             ids = tokenizer(text, add_special_tokens=ref.add_special_tokens)["input_ids"]
         prompt_ids.append(list(ids))
     warpers = LogitsProcessorList([TemperatureLogitsWarper(ref.temperature)])
-    if ref.top_k is not None:
+    if ref.top_k:  # None or 0: no top-k (llama.cpp reads 0 as off)
         warpers.append(TopKLogitsWarper(ref.top_k))
     if ref.top_p is not None and ref.top_p < 1.0:
         warpers.append(TopPLogitsWarper(ref.top_p))
+    if ref.min_p:
+        from transformers import MinPLogitsWarper
+
+        warpers.append(MinPLogitsWarper(ref.min_p))
 
     prompts, completions = [], []
     for r in run.records:
         ids = r.get("token_ids") or tokenizer(r["text"], add_special_tokens=False)["input_ids"]
-        if len(ids) == length:
+        if 0 < len(ids) <= length:
             prompts.append(r["p"])
-            completions.append(ids)
+            completions.append(list(ids) + [-1] * (length - len(ids)))
     if not completions:
-        raise ConfigError(f"no sample of {length} tokens after tokenisation: is {ref.path!r} the served model?")
+        raise ConfigError(f"no sample of 1 to {length} tokens after tokenisation: is {ref.path!r} the served model?")
     prompt = np.asarray(prompts, np.int64)
     tokens = np.asarray(completions, np.int64)
     vocab = model.get_output_embeddings().weight.shape[0]
@@ -88,7 +100,7 @@ def teacher_forced_law(ref: ReferenceModel, run: ProbeRun) -> tuple[np.ndarray, 
         rows = np.flatnonzero(prompt == p)
         unique, inverse = np.unique(tokens[rows], axis=0, return_inverse=True)
         head = torch.tensor(prompt_ids[p], dtype=torch.long).expand(unique.shape[0], -1)
-        inputs = torch.cat([head, torch.from_numpy(unique[:, :-1])], dim=1)
+        inputs = torch.cat([head, torch.from_numpy(np.maximum(unique[:, :-1], 0))], dim=1)  # causal: padding is after
         with torch.no_grad():
             logits = model(inputs).logits[:, len(prompt_ids[p]) - 1:].double()
         laws = torch.stack([torch.softmax(warpers(inputs[:, :len(prompt_ids[p]) + k], logits[:, k]), dim=-1)

@@ -26,6 +26,7 @@ from specgauge.stattests.core.statistics import (DEFAULT_FALSE_FAIL, DEFAULT_FAL
                                              min_discrepancy_of_goodness_of_fit)
 
 MIN_EXPECTED_2S = 5.0
+MIN_EXPECTED_1S = 10.0  # as the chain gate's goodness of fit
 
 
 def _unit_tv(df: int, false_fail_rate: float, false_pass_rate: float) -> float:
@@ -159,3 +160,98 @@ def _homogeneity(group, category, arm, false_fail_rate, false_pass_rate, min_exp
     return TestResult(test, statistic, pvalue, int(total[tested].sum()), false_fail_rate,
                       min_discrepancy_of_homogeneity(n_eff, df, false_fail_rate=false_fail_rate,
                                                      false_pass_rate=false_pass_rate), df, details)
+
+
+# ---------------------------------------------------------------- one sample: a known law per context
+
+
+def min_discrepancy_of_conditional_fit(
+    n: int, df: int, *, false_fail_rate: float = DEFAULT_FALSE_FAIL, false_pass_rate: float = DEFAULT_FALSE_PASS,
+) -> float:
+    """Smallest sample-weighted RMS over contexts of the binned TV that
+    :func:`conditional_goodness_of_fit` detects: O(√(df / n)).
+
+    λ = Σ_c n_c Σ_b δ_cb² / p_cb ≥ 4 Σ_c n_c TV_c² (Cauchy–Schwarz per context), so a
+    discrepancy whose per-context TVs have a weighted RMS of t gives λ ≥ 4 n t².
+    """
+    if df <= 0 or n <= 0:
+        return math.inf
+    return _unit_tv(int(df), false_fail_rate, false_pass_rate) / math.sqrt(n)
+
+
+def min_num_samples_for_conditional_fit(
+    tv: float, bins: int, *, contexts: int = 1, false_fail_rate: float = DEFAULT_FALSE_FAIL,
+    false_pass_rate: float = DEFAULT_FALSE_PASS,
+) -> int:
+    """Draws per context for :func:`conditional_goodness_of_fit` over ``contexts`` contexts of
+    ``bins`` bins each to detect a binned TV of ``tv`` in every context: O(bins / tv²)."""
+    if not tv > 0:
+        raise InvalidDistributionError(f"tv must be positive, got {tv!r}")
+    df = max(bins - 1, 1) * max(contexts, 1)
+    return max(1, math.ceil((_unit_tv(df, false_fail_rate, false_pass_rate) / tv) ** 2 / max(contexts, 1)))
+
+
+def conditional_goodness_of_fit(
+    context: np.ndarray, cell: np.ndarray, probs: np.ndarray, *,
+    false_fail_rate: float = DEFAULT_FALSE_FAIL, false_pass_rate: float = DEFAULT_FALSE_PASS,
+    min_expected: float = MIN_EXPECTED_1S, test: str = "goodness_of_fit",
+) -> TestResult:
+    """Pearson chi-square that each context's draws follow that context's known law, summed over contexts.
+
+    ``context[N]`` labels each draw's context (0..C-1, e.g. a prompt and the tokens emitted
+    before the position), ``cell[N]`` what was drawn (0..B-1: one of the law's top tokens,
+    or the last cell, the remainder), ``probs[C, B]`` each context's law over the cells.
+    Within a context, cells expected fewer than ``min_expected`` times share one bin (the
+    expectations come from the null alone, so pooling keeps the level); contexts left with
+    one bin add nothing. A draw on a cell of probability zero fails at once. ``details``:
+    the sample-weighted mean binned TV (biased upward by noise), contexts tested and
+    impossible draws.
+    """
+    context = np.asarray(context, dtype=np.int64).ravel()
+    cell = np.asarray(cell, dtype=np.int64).ravel()
+    probs = np.asarray(probs, dtype=np.float64)
+    if context.shape != cell.shape or probs.ndim != 2:
+        raise InvalidDistributionError(f"context {context.shape} and cell {cell.shape} must match; probs must be [C, B]")
+    if context.size and (context.max() >= probs.shape[0] or cell.max() >= probs.shape[1] or min(context.min(), cell.min()) < 0):
+        raise InvalidDistributionError("context or cell label outside probs")
+    counts = np.zeros_like(probs)
+    np.add.at(counts, (context, cell), 1.0)
+    return _conditional_fit(counts, probs, false_fail_rate, false_pass_rate, min_expected, test)
+
+
+def _conditional_fit(counts, probs, false_fail_rate, false_pass_rate, min_expected, test) -> TestResult:
+    n_c = counts.sum(axis=1)
+    probs = probs / np.where(probs.sum(axis=1, keepdims=True) > 0, probs.sum(axis=1, keepdims=True), 1.0)
+    impossible = float(counts[probs <= 0].sum())
+    expected = n_c[:, None] * probs
+    rare = (expected < min_expected) & (probs > 0)
+    # rare cells of a context share one bin, placed in column B; a pool still too small joins the
+    # context's smallest common cell
+    pool_obs, pool_exp = (counts * rare).sum(axis=1), (expected * rare).sum(axis=1)
+    common = (~rare) & (probs > 0)
+    weak = (pool_exp < min_expected) & (pool_exp > 0) & common.any(axis=1)
+    smallest = np.argmin(np.where(common, expected, np.inf), axis=1)
+    rows = np.flatnonzero(weak)
+    obs = np.where(common, counts, 0.0)
+    exp = np.where(common, expected, 0.0)
+    obs[rows, smallest[rows]] += pool_obs[rows]
+    exp[rows, smallest[rows]] += pool_exp[rows]
+    keep_pool = ~weak & (pool_exp > 0)
+    obs = np.column_stack([obs, np.where(keep_pool, pool_obs, 0.0)])
+    exp = np.column_stack([exp, np.where(keep_pool, pool_exp, 0.0)])
+    bins = (exp > 0).sum(axis=1)
+    tested = bins >= 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(exp > 0, (obs - exp) ** 2 / exp, 0.0)
+        tv_c = 0.5 * np.abs(np.where(exp > 0, (obs - exp) / n_c[:, None], 0.0)).sum(axis=1)
+    df = int((bins[tested] - 1).sum())
+    statistic = float(terms[tested].sum())
+    pvalue = float(stats.chi2.sf(statistic, df)) if df > 0 else 1.0
+    n = int(n_c[tested].sum())
+    measured = float((tv_c * n_c)[tested].sum() / n) if n else 0.0
+    if impossible > 0:
+        statistic, pvalue = math.inf, 0.0
+    details = {"measured_tv": measured, "contexts": float(tested.sum()), "impossible_hits": impossible}
+    return TestResult(test, statistic, pvalue, n, false_fail_rate,
+                      min_discrepancy_of_conditional_fit(n, df, false_fail_rate=false_fail_rate,
+                                                         false_pass_rate=false_pass_rate), df, details)
