@@ -84,21 +84,11 @@ class StepModelFit:
     measured: np.ndarray = field(repr=False)
     fitted: np.ndarray = field(repr=False)
 
-    @property
-    def c_fixed(self) -> float:
-        return self.cost.c_fixed
-
-    @property
-    def c_weight(self) -> float:
-        return self.cost.c_weight
-
-    @property
-    def c_token(self) -> float:
-        return self.cost.c_token
-
-    @property
-    def c_kv(self) -> float:
-        return self.cost.c_kv
+    def __getattr__(self, name: str) -> float:
+        """``c_fixed``, ``c_weight``, ``c_token``, ``c_kv``: the fitted cost's coefficients (seconds)."""
+        if name in NAMES:
+            return getattr(self.cost, name)
+        raise AttributeError(name)
 
     @property
     def relative_error(self) -> np.ndarray:
