@@ -91,7 +91,9 @@ class SimulationConfig:
     arrival_cv: float = option(1.0, "coefficient of variation of the gamma arrival process's gaps")
     trace: str | None = option(None, "CSV of arrivals (arrival_s[, prompt_len, output_len]); needs --arrival trace")
     seed: int = option(0, "root seed of every random stream (same seed, same CSV)")
-    profiles: str | None = option(None, "TOML/JSON file with extra [gpus.NAME] / [models.NAME] profiles",
+    profiles: str | None = option(None, "TOML/JSON files (comma-separated, merged in order; a table naming a known "
+                                        "GPU or model changes only the fields it gives) with [gpus.NAME], "
+                                        "[models.NAME] and [steps.NAME] tables, e.g. a `specgauge calibrate` output",
                                   flag="--profiles", sweep=False)
     max_batched_tokens: int = option(8192, "token budget per engine iteration (tokens; chunked prefill)")
     block_size: int = option(16, "KV-cache block size (tokens)")

@@ -245,9 +245,12 @@ class RoundCost:
 
     def draft_step_ratio(self, ctx: float) -> float | None:
         """c at batch 1: one draft step's cost over one target forward pass (both at context ``ctx``,
-        engine overhead left out of both, as the published ratios are)."""
+        engine overhead left out of both, as the published ratios are); a fixed ``--draft-cost-ratio``
+        is its own c (whole step against whole step)."""
         if self.draft is None:
             return None
+        if getattr(self.draft, "ratio", None) is not None:
+            return float(self.draft.ratio)
         step = float(self.target.time(1, ctx, ctx))
         one = float(self.draft.round(1, 1, 1.0, ctx, step))
         return one / step
