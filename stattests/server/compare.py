@@ -258,15 +258,15 @@ def within_request_independence(run: ProbeRun, seqs: np.ndarray, prompt: np.ndar
         return None
     first, second = order[pair_start], order[pair_start + 1]
     multi = np.unique(req[first])
-    label = _rows(seqs)
+    label = seqs[:, 0]  # the first token: the coarsest label, so the fewest categories are pooled away
     prompts = np.unique(prompt[first])
     rate = false_fail_rate / prompts.size
     parts = [independence_test(label[first][prompt[first] == p], label[second][prompt[first] == p],
                                false_fail_rate=rate) for p in prompts]
     result = combine_bonferroni(parts, "independence", false_fail_rate)
     details = {**dict(result.details), "requests": float(multi.size),
-               "message": f"{multi.size} requests with several choices: {first.size} disjoint pairs of choices tested "
-                          "for independence"}
+               "message": f"{multi.size} requests with several choices: the first tokens of {first.size} disjoint pairs "
+                          "of choices tested for independence"}
     return TestResult(result.test, result.statistic, result.pvalue, result.n, result.false_fail_rate,
                       result.min_detectable_tv, result.df, details)
 
