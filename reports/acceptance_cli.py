@@ -172,7 +172,7 @@ def _say_comparison(summary: pd.DataFrame) -> None:
         say(f"  {r.draft} γ={r.gamma}: law {r.tokens_per_pass:.3f} [{r.tokens_per_pass_ci_low:.3f}, "
             f"{r.tokens_per_pass_ci_high:.3f}]  measured {r.measured_tokens_per_pass:.3f} [{r.measured_ci_low:.3f}, "
             f"{r.measured_ci_high:.3f}] over {r.measured_rounds} rounds: "
-            + ("intervals overlap" if overlap else "intervals apart: positions are not independent here"))
+            + ("intervals overlap" if overlap else "intervals apart: acceptance here depends on the path the run takes"))
 
 
 def execute(args) -> int:
