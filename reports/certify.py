@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 
-from specgauge.stattests.chain.certify import ALL_FIXTURES, DEFAULT_FALSE_FAIL, certify, decoder_config
-from specgauge.stattests.plugin import tv_type
+from specgauge import validate
+from specgauge.stattests.chain.certify import (ALL_FIXTURES, DEFAULT_FALSE_FAIL, CertConfig, certify, decoder_config,
+                                              plan, plan_size)
 from specgauge.stattests.core.contract import decoder_name, load_decoder
 from specgauge.stattests.chain.checks import CHECKS
 from specgauge.csvio import resolve_csv_target
 from specgauge.reports.console import say
+from specgauge.reports.certificate_plots import check_plotting, figures_note, plot_certificate
+from specgauge.stattests.chain.certify import certification
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,39 +24,88 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--decoder", default=None,
                         help="short name (numpy, torch, hf, vllm, sglang, ...) or MODULE:NAME; "
                              "default $SPECGAUGE_DECODER, else numpy")
-    parser.add_argument("--tv", type=tv_type, default=None,
+    parser.add_argument("--tv", type=validate.tv, default=None,
                         help="TV that must be detectable on every fixture (default 0.005, or the coarser TVs a slow "
                              "decoder declares, per fixture)")
-    parser.add_argument("--false-fail", type=float, default=DEFAULT_FALSE_FAIL,
+    parser.add_argument("--false-fail", type=validate.false_fail, default=DEFAULT_FALSE_FAIL,
                         help="family-wise false-fail rate: the chance that an exact decoder fails any assertion; "
-                             f"each assertion gets its Bonferroni share (default {DEFAULT_FALSE_FAIL:g})")
-    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                             f"each assertion gets its Bonferroni share (default {DEFAULT_FALSE_FAIL:g}; at least "
+                             f"{validate.MIN_FALSE_FAIL:g})")
+    parser.add_argument("--timeout", type=validate.seconds, default=None, metavar="SECONDS",
                         help="seconds each decoder call may take; a call past it fails the contract check, "
                              "naming the call (default: no limit)")
     parser.add_argument("--slow", action="store_true",
                         help="add the slow tier (production vocabularies streamed over many calls)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    parser.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
+    parser.add_argument("--seed", type=validate.seed, default=0, help="root seed (default 0)")
     parser.add_argument("--check", action="append", choices=list(CHECKS), help="only these checks (repeatable)")
     parser.add_argument("--fixture", action="append", choices=list(ALL_FIXTURES), help="only these fixtures (repeatable)")
-    parser.add_argument("--csv", default=None, metavar="PATH",
+    parser.add_argument("--csv", type=validate.OutputPath((".csv",)), default=None, metavar="PATH",
                         help="certificate path (default reports/certificate.csv); a .meta.json sidecar goes beside it")
+    parser.add_argument("--plot", action="store_true",
+                        help="also draw one PNG per fixture beside the CSV: PIT histograms, observed against "
+                             "expected counts, acceptance by position, tokens per pass (needs matplotlib)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     target = resolve_csv_target(args.csv, default_name="certificate.csv")  # before any work
+    if args.plot:
+        check_plotting()  # before any work
     decoder = load_decoder(args.decoder)
     config = decoder_config(decoder, args.tv, false_fail=args.false_fail, seed=args.seed, timeout=args.timeout)
     finer = "".join(f", {name} {tv:g}" for name, tv in config.fixture_tv.items())
     print(f"certifying {args.decoder or 'numpy'}: samples sized to detect TV {config.tv:g}{finer}", file=sys.stderr)
-    cert = certify(decoder, config, checks=args.check, fixtures=args.fixture,
-                   progress=not args.no_progress, name=decoder_name(args.decoder), slow=args.slow)
+    capped = capped_note(config, args.fixture, args.check, args.slow)
+    if capped:
+        print(capped, file=sys.stderr)
+    session = certification(decoder, config, checks=args.check, fixtures=args.fixture,
+                            progress=not args.no_progress, name=decoder_name(args.decoder), slow=args.slow)
+    cert = session.certificate()
     cert.to_csv(target.path, {"arguments": list(sys.argv[1:] if argv is None else argv),
                               "decoder": decoder_name(args.decoder), "tv": config.tv,
                               "tv_by_fixture": dict(config.fixture_tv),
                               "false_fail": config.false_fail, "seed": config.seed})
     say(cert.summary())
     say(f"certificate: {target.path}")
+    if args.plot:
+        figures = plot_certificate(session.runs, cert, target.path)
+        say(figures_note(figures))
     return 0 if cert.passed else 1
+
+
+def capped_note(config: CertConfig, fixtures: list[str] | None, checks: list[str] | None, slow: bool) -> str:
+    """One line naming the fixtures whose sample size the row, memory or sequence caps cut short
+    of what the TV asked for, and the resolution those capped sizes give; '' when none is."""
+    from specgauge.stattests.chain.harness import emission_probability
+    from specgauge.stattests.chain.sequences import MAX_SEQUENCES
+    from specgauge.stattests.core.statistics import min_discrepancy_of_ks_uniformity
+
+    items = list(plan(fixtures, checks, slow))
+    config = replace(config, assertions=plan_size(slow) if not (fixtures or checks) else len(items))
+    uncapped = replace(config, max_rows=2**62, max_bytes=2**62)
+    reached: dict[str, float] = {}
+    for _, fixture, _ in items:
+        if fixture.name in reached:
+            continue
+        if fixture.kind == "sequence":
+            n = config.sequences(fixture)
+            capped = n >= MAX_SEQUENCES
+        else:
+            n = config.rows(fixture)
+            capped = n < uncapped.rows(fixture)
+            n = max(1, int(n * max(float(emission_probability(fixture)[-1]), 0.5)))
+        if capped:
+            reached[fixture.name] = min_discrepancy_of_ks_uniformity(
+                n, false_fail_rate=config.per_assertion, false_pass_rate=config.false_pass)
+    if not reached:
+        return ""
+    finest, coarsest = min(reached, key=reached.get), max(reached, key=reached.get)
+    span = (f"{reached[finest]:.2g} ({finest})" if finest == coarsest
+            else f"{reached[finest]:.2g} ({finest}) to {reached[coarsest]:.2g} ({coarsest})")
+    return (f"sample sizes capped on {len(reached)} fixture(s) (at most {config.max_rows:,} rows, "
+            f"{config.max_bytes / 2**30:g} GiB of decoder input, {MAX_SEQUENCES:,} sequences): there the "
+            f"certificate resolves about {span}, not TV {config.tv:g}; the certificate's min_detectable_tv "
+            f"column gives each assertion's")
+

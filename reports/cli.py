@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 from specgauge.errors import SpecgaugeError
+from specgauge.validate import one_line, parser_errors_in_one_line
+
+#: exit status of an error specgauge did not anticipate (a bug): sysexits' EX_SOFTWARE
+INTERNAL_ERROR = 70
+#: set to 1 to see the traceback of such an error
+TRACEBACK_ENV = "SPECGAUGE_TRACEBACK"
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("specgauge.reports.plan", "sweep the simulator and recommend a speculation setting"),
@@ -40,12 +47,15 @@ def main(argv: list[str] | None = None) -> int:
     if command not in SUBCOMMANDS:
         print(f"specgauge: unknown command {command!r}; choose from {', '.join(SUBCOMMANDS)}", file=sys.stderr)
         return 2
-    module = importlib.import_module(SUBCOMMANDS[command][0])
     try:
-        return int(module.main(argv) or 0)
+        module = importlib.import_module(SUBCOMMANDS[command][0])
+        with parser_errors_in_one_line():  # a bad option is one line and exit status 2
+            return int(module.main(argv) or 0)
     except SpecgaugeError as exc:
-        print(f"specgauge {command}: error: {exc}", file=sys.stderr)
+        print(f"specgauge {command}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return int(getattr(exc, "exit_code", 1))
+    except SystemExit as exc:  # argparse's: --help (0) or a usage error, already printed in one line (2)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     except KeyboardInterrupt:
         print(f"specgauge {command}: interrupted", file=sys.stderr)
         return 130
@@ -54,6 +64,12 @@ def main(argv: list[str] | None = None) -> int:
 
         silence(sys.stdout)
         return 0
+    except Exception as exc:  # noqa: BLE001 - the last resort: a bug is one line, never a traceback
+        if os.environ.get(TRACEBACK_ENV) == "1":
+            raise
+        print(f"specgauge {command}: internal error: {one_line(exc)} (a bug in specgauge; "
+              f"{TRACEBACK_ENV}=1 shows the traceback)", file=sys.stderr)
+        return INTERNAL_ERROR
 
 
 if __name__ == "__main__":

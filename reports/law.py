@@ -11,6 +11,7 @@ the curve a reader draws is checked against a real verification rule, not only a
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -18,12 +19,13 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from specgauge import validate
 from specgauge.stattests.core.contract import ContractViolation, check_emitted, emitted_lengths, load_decoder
 from specgauge.errors import SpecgaugeError
 from specgauge.laws import law_frame, speedup, tokens_per_pass  # noqa: F401  (speedup: re-exported)
 from specgauge.stattests.core.sampling import sample_rows
 
-from .console import say
+from .console import say, warn
 from .csvio import CsvTarget, resolve_csv_target, write_csv_atomic
 
 #: The seed document's six-token example: TV(p, q) = 0.1, so α = 0.9.
@@ -34,19 +36,8 @@ class LawInputError(SpecgaugeError):
     """An option of ``specgauge law`` is out of range."""
 
 
-def _number_list(kind: type) -> Callable[[str], list]:
-    def parse(text: str) -> list:
-        try:
-            return [kind(part) for part in text.split(",") if part.strip()]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected comma-separated {kind.__name__} values, got {text!r}") from None
-
-    parse.__name__ = f"{kind.__name__}_list"
-    return parse
-
-
-int_list = _number_list(int)
-float_list = _number_list(float)
+int_list = validate.CommaList(validate.positive_int)
+float_list = validate.CommaList(validate.fraction)
 
 #: Rounds per decoder call, so memory stays O(chunk·γ·V) however many rounds are asked.
 _CHUNK = 50_000
@@ -85,6 +76,7 @@ def monte_carlo(
     rounds: int,
     rng: np.random.Generator,
     decoder: object | None = None,
+    on_chunk: Callable[[int], None] | None = None,
 ) -> MonteCarloResult:
     """Run ``rounds`` rounds of γ drafts from q verified against p; measure N and α.
 
@@ -108,6 +100,8 @@ def monte_carlo(
             first = (str(exc).strip().splitlines() or [""])[0]
             raise LawInputError(f"the decoder's verify raised {type(exc).__name__}: {first}") from None
         lengths.append(emitted_lengths(emitted))
+        if on_chunk is not None:
+            on_chunk(batch)
     n = np.concatenate(lengths).astype(float)
     accepted = np.minimum(n - 1, gamma)
     judged = accepted + (n <= gamma)
@@ -134,6 +128,7 @@ def law_table(
     rounds: int,
     seed: int,
     decoder: object | None = None,
+    progress: bool = False,
 ) -> pd.DataFrame:
     """One row per (γ, α): closed form beside the Monte Carlo measurement.
 
@@ -142,11 +137,15 @@ def law_table(
     """
     frame = law_frame(alphas, gammas, cost_ratio)
     if rounds > 0:
+        from tqdm import tqdm
+
         children = np.random.SeedSequence(seed).spawn(len(frame))
-        results = [
-            monte_carlo(*pair_at_tv(1.0 - a), int(g), rounds, np.random.default_rng(child), decoder)
-            for a, g, child in zip(frame["alpha"], frame["gamma"], children)
-        ]
+        with tqdm(total=rounds * len(frame), desc="law", unit="round", unit_scale=True, disable=not progress,
+                  leave=False) as bar:
+            results = [
+                monte_carlo(*pair_at_tv(1.0 - a), int(g), rounds, np.random.default_rng(child), decoder, bar.update)
+                for a, g, child in zip(frame["alpha"], frame["gamma"], children)
+            ]
         frame["mc_rounds"] = rounds
         frame["mc_tokens_per_pass"] = [r.tokens_per_pass for r in results]
         frame["mc_tokens_per_pass_se"] = [r.tokens_per_pass_se for r in results]
@@ -181,33 +180,48 @@ def build_parser() -> argparse.ArgumentParser:
         "--alpha", type=float_list, default=[round(a, 2) for a in np.arange(0.0, 1.0, 0.05)] + [0.99],
         help="comma-separated α values in [0, 1]",
     )
-    parser.add_argument("--cost-ratio", type=float, default=0.05, help="draft step cost c, in target passes")
-    parser.add_argument("--rounds", type=int, default=4000, help="Monte Carlo rounds per point (0: closed form only)")
+    parser.add_argument("--cost-ratio", type=validate.non_negative, default=0.05, help="draft step cost c, in target passes")
+    parser.add_argument("--rounds", type=validate.non_negative_int, default=4000, help="Monte Carlo rounds per point (0: closed form only)")
     parser.add_argument("--decoder", default="numpy", help="decoder for the Monte Carlo check (short name or MODULE:NAME)")
-    parser.add_argument("--seed", type=int, default=0, help="root seed of the Monte Carlo draws")
-    parser.add_argument("--csv", type=Path, default=None, help="output CSV (default reports/law.csv)")
+    parser.add_argument("--seed", type=validate.seed, default=0, help="root seed of the Monte Carlo draws")
+    parser.add_argument("--csv", type=validate.OutputPath((".csv",)), default=None, help="output CSV (default reports/law.csv)")
     parser.add_argument("--plot", action="store_true", help="also write tokens-per-pass and speed-up PNGs beside the CSV")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.add_argument("--example", action="store_true",
                         help="run the seed's six-token example (α = 0.9, γ = 4) and print what it measures")
     return parser
 
 
-def _validate(args: argparse.Namespace) -> None:
-    if not args.gamma or not args.alpha:
-        raise LawInputError("empty sweep: --gamma and --alpha need at least one value each")
-    if any(g < 1 for g in args.gamma):
-        raise LawInputError(f"--gamma values must be ≥ 1, got {args.gamma}")
-    if any(not 0.0 <= a <= 1.0 for a in args.alpha):
-        raise LawInputError(f"--alpha values must lie in [0, 1], got {args.alpha}")
-    if args.cost_ratio < 0:
-        raise LawInputError(f"--cost-ratio must be ≥ 0, got {args.cost_ratio}")
-    if args.rounds < 0:
-        raise LawInputError(f"--rounds must be ≥ 0, got {args.rounds}")
+#: a bar and an estimate are shown when the Monte Carlo work is expected to take longer than this
+SLOW_SECONDS = 5.0
+
+
+def rounds_per_second(decoder: object, gamma: int, probe: int = 2000) -> float:
+    """Rounds a second ``decoder`` verifies at ``gamma`` here and now: a short timed run."""
+    import time
+
+    start = time.perf_counter()
+    monte_carlo(*pair_at_tv(0.1), gamma, probe, np.random.default_rng(0), decoder)
+    return probe / max(time.perf_counter() - start, 1e-9)
+
+
+def _announce(total: int, gamma: int, decoder: object) -> bool:
+    """Estimate the Monte Carlo time before starting; True when a progress bar is worth showing."""
+    seconds = total / rounds_per_second(decoder, gamma)
+    if seconds <= SLOW_SECONDS:
+        return False
+    from .simulate import _duration
+
+    message = f"{total:,} Monte Carlo rounds at γ up to {gamma}: about {_duration(seconds)} (measured rate)"
+    if seconds > 3600:
+        warn("law", message + "; lower --rounds (4,000 a point give a standard error near 0.02)")
+    else:
+        say(f"specgauge law: {message}", file=sys.stderr)
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    _validate(args)
     decoder = get_decoder(args.decoder) if args.rounds or args.example else None
     if args.example:
         rounds = max(args.rounds, 1_000_000)
@@ -217,7 +231,10 @@ def main(argv: list[str] | None = None) -> int:
         say(f"  tokens per pass      : {ex['mc_tokens_per_pass']:.3f}   (formula {ex['tokens_per_pass']:.3f} ≈ {ex['tokens_per_pass']:.2f})")
         return 0
     target: CsvTarget = resolve_csv_target(args.csv, default_name="law.csv")
-    frame = law_table(args.alpha, args.gamma, args.cost_ratio, args.rounds, args.seed, decoder)
+    total = args.rounds * len(args.alpha) * len(args.gamma)
+    slow = bool(total) and _announce(total, max(args.gamma), decoder)
+    frame = law_table(args.alpha, args.gamma, args.cost_ratio, args.rounds, args.seed, decoder,
+                      progress=slow and not args.no_progress)
     metadata = {"command": "law", "arguments": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}}
     write_csv_atomic(frame, target.path, metadata)
     say(f"wrote {target.path} ({len(frame)} rows)")

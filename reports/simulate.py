@@ -55,6 +55,38 @@ def summary(row: dict, trace: str | None = None) -> str:
     return "\n".join(lines)
 
 
+#: Measured on a shared 2-core machine: peak memory grows by about 100 bytes per request plus
+#: 1.3 per output token (20,000 and 80,000 requests at 64 and 512 output tokens), and the
+#: paired runs simulate about a million output tokens per wall second (4 idle).
+BYTES_PER_REQUEST, BYTES_PER_TOKEN, TOKENS_PER_SECOND = 100.0, 1.3, 1e6
+#: warn past this much memory or this many seconds
+MEMORY_WARNING_BYTES, SLOW_SECONDS = 2 * 2**30, 10.0
+
+
+def estimate(config) -> tuple[float, float]:
+    """(seconds, bytes) the run will take, from its arguments alone, before it starts."""
+    tokens = float(config.requests) * float(config.output_len)
+    return tokens / TOKENS_PER_SECOND, BYTES_PER_REQUEST * config.requests + BYTES_PER_TOKEN * tokens
+
+
+def announce(config, command: str = "simulate") -> None:
+    """Say before a long run how long and how much memory it will take; warn past the limits."""
+    seconds, memory = estimate(config)
+    if memory > MEMORY_WARNING_BYTES:
+        warn(command, f"{config.requests:,} requests of {config.output_len} output tokens need about "
+                      f"{memory / 2**30:.1f} GiB of memory; lower --requests (a few thousand give stable means)")
+    if seconds > SLOW_SECONDS:
+        say(f"specgauge {command}: about {config.requests * config.output_len:,} output tokens to simulate twice "
+            f"(with and without speculation): roughly {_duration(seconds)} on one core", file=sys.stderr)
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("days", 86400.0), ("hours", 3600.0), ("minutes", 60.0)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.0f} {unit}"
+    return f"{seconds:.0f} s"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
@@ -62,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     target = resolve_csv_target(args.csv, default_name="simulate.csv") if args.csv else None  # before any work
     for message in config.implausible():
         warn("simulate", message)
+    announce(config)
     row = simulate(config)
     say(summary(row, config.trace))
     if target is not None:

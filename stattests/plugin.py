@@ -27,18 +27,14 @@ BASELINE_ENV = "SPECGAUGE_BASELINE_URL"
 
 def tv_type(text: str) -> float:
     """argparse type for --specgauge-tv: a number in (0, 1), refused once at start-up."""
-    import argparse
+    from specgauge.validate import tv
 
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}") from None
-    if not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"must lie in (0, 1) (a total-variation distance), got {text!r}")
-    return value
+    return tv(text)
 
 
 def pytest_addoption(parser) -> None:
+    from specgauge import validate  # the standard library only: nothing heavy at start-up
+
     group = parser.getgroup("specgauge", GROUP)
     group.addoption("--specgauge-decoder", default=None, metavar="NAME",
                     help="decoder to certify: a built-in short name (numpy, torch, hf, vllm, sglang, ...) or "
@@ -46,21 +42,22 @@ def pytest_addoption(parser) -> None:
     group.addoption("--specgauge-tv", type=tv_type, default=None, metavar="TV",
                     help="total-variation discrepancy that must be detectable; sets the sample sizes "
                          "(default 0.005, or the coarser TVs a slow decoder declares, per fixture)")
-    group.addoption("--specgauge-false-fail", type=float, default=1e-4, metavar="RATE",
+    group.addoption("--specgauge-false-fail", type=validate.false_fail, default=1e-4, metavar="RATE",
                     help="family-wise false-fail rate: the chance that an exact decoder fails any assertion of "
                          "the suite; each assertion gets its Bonferroni share (default 1e-4)")
-    group.addoption("--specgauge-timeout", type=float, default=None, metavar="SECONDS",
+    group.addoption("--specgauge-timeout", type=validate.seconds, default=None, metavar="SECONDS",
                     help="seconds each decoder call may take; a call past it fails the contract check "
                          "(default: no limit)")
     group.addoption("--specgauge-slow", action="store_true", default=False,
                     help="add the slow tier (production vocabularies streamed over many calls)")
-    group.addoption("--specgauge-seed", type=int, default=0, metavar="N",
+    group.addoption("--specgauge-seed", type=validate.seed, default=0, metavar="N",
                     help="root seed of every random stream (default 0)")
     group.addoption("--specgauge-tree-decoder", default=None, metavar="NAME[,NAME]",
                     help="tree decoder(s) for the tree suite (stattests/test_trees.py): built-in short names "
                          "(specinfer, rrsw, topk, topk-coin, eagle, ...) or MODULE:NAME; default: the three references")
     group.addoption("--specgauge-certificate", default=None, metavar="PATH",
-                    help="write the certificate CSV (one row per assertion) and its .meta.json to PATH")
+                    help="write the certificate CSV (one row per assertion) and its .meta.json to PATH, "
+                         "and beside it one PNG per fixture (with matplotlib)")
     group.addoption("--specgauge-server-url", default=None, metavar="URL",
                     help=f"OpenAI-compatible server to certify (speculation on); default ${SERVER_ENV}")
     group.addoption("--specgauge-baseline-url", default=None, metavar="URL",
@@ -68,18 +65,38 @@ def pytest_addoption(parser) -> None:
 
 
 def pytest_configure(config) -> None:
-    """With --specgauge-certificate, check before any test runs that the CSV can be written."""
+    """Check before collection, once, what would otherwise fail every test: that the
+    certificate CSV (--specgauge-certificate) can be written and that the decoder named
+    (--specgauge-decoder or $SPECGAUGE_DECODER) exists. A built-in whose optional package
+    is missing is not refused here: its tests skip, naming the package."""
     path = config.getoption("specgauge_certificate", None)
-    if path:
-        import pytest
+    spec = decoder_spec(config)
+    if not (path or spec):
+        return
+    import pytest
 
-        from specgauge.errors import SpecgaugeError
-        from specgauge.csvio import resolve_csv_target
+    from specgauge.errors import SpecgaugeError
 
-        try:
+    try:
+        if path:
+            from specgauge.csvio import resolve_csv_target
+
             resolve_csv_target(path, "certificate.csv", flag="--specgauge-certificate")
-        except SpecgaugeError as exc:
-            raise pytest.UsageError(str(exc)) from None
+        if spec:
+            check_decoder_spec(spec)
+    except SpecgaugeError as exc:
+        raise pytest.UsageError(" ".join(str(exc).split())) from None
+
+
+def check_decoder_spec(spec: str) -> None:
+    """Refuse a decoder name that can never load: an unknown short name, or MODULE:NAME
+    whose module or attribute is missing (DecoderLoadError, one line)."""
+    from specgauge.stattests.core.contract import BUILTIN_DECODERS, load_decoder, resolve_spec
+
+    spec = spec.strip()
+    resolve_spec(spec)  # an unknown short name: the error lists the built-ins
+    if spec not in BUILTIN_DECODERS:
+        load_decoder(spec)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:

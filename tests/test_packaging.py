@@ -107,7 +107,7 @@ def test_bad_tv_is_refused_once_at_start_up(tmp_path):
     result = subprocess.run([sys.executable, "-m", "pytest", str(ROOT / "stattests"), "--specgauge-tv", "0",
                              "-p", "no:cacheprovider"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert result.returncode != 0
-    assert (result.stdout + result.stderr).count("must lie in (0, 1)") == 1
+    assert (result.stdout + result.stderr).count("expected a total-variation distance in (0, 1)") == 1
 
 
 @pytest.mark.slow
@@ -125,6 +125,8 @@ def test_the_wheel_installs_only_the_specgauge_package(tmp_path):
                  "errors.py", "laws.py"):
         assert f"specgauge/{part}" in names, part
     assert not any(name.startswith(("specgauge/tests/", "specgauge/benchmarks/")) for name in names)
+    (license_file,) = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+    assert "Apache License" in zipfile.ZipFile(wheel).read(license_file).decode()
 
 
 def test_an_unwritable_certificate_path_is_refused_before_any_test(tmp_path):

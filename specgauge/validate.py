@@ -1,0 +1,397 @@
+"""One validation layer: a kind per option value, one-line errors, and the schema helpers of file readers.
+
+Every command-line option and every field of an input file is checked here, before any
+work starts, so a bad value is one line naming what was given, what is allowed and where
+(flag, or file, line and field), never a traceback minutes later. A *kind* (``Integer``,
+``Real``, ``Choice``, ``OutputPath``...) is both an argparse ``type=`` (text in, value out,
+``argparse.ArgumentTypeError`` on a bad value) and a checker of values already parsed from
+a file (``kind.check(value)``, ``ValueError``); the schema helpers (``field``, ``where``,
+``read_json``, ``read_toml``, ``read_jsonl``) turn the latter into a ``UsageError`` that
+names the file, line and field. ``parser_errors_in_one_line`` makes argparse print one
+line instead of its usage block. The module imports only the standard library, so the
+pytest plugin can use it at start-up.
+
+The exit codes: 2 for a usage error (argparse's, and every ``UsageError``), 1 for a
+failed verdict or a failure while working.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+from specgauge.errors import InputFileError, UsageError
+
+#: The smallest family-wise false-fail rate accepted: the suite splits it over up to a
+#: thousand assertions, and a per-assertion rate under ~1e-16 is lost in float64 next to 1
+#: (the chi-square and KS quantiles at 1 − rate become NaN).
+MIN_FALSE_FAIL = 1e-12
+
+
+def _shown(value: object) -> str:
+    return repr(value) if not isinstance(value, str) else repr(value.strip() if len(value) < 80 else value[:77] + "...")
+
+
+class Kind:
+    """A kind of value: ``kind(text)`` for argparse, ``kind.check(value)`` for a parsed value."""
+
+    what = "a value"
+
+    def check(self, value: Any) -> Any:  # pragma: no cover - every kind overrides it
+        raise NotImplementedError
+
+    def parse(self, text: str) -> Any:
+        return self.check(text)
+
+    def __call__(self, text: str) -> Any:
+        try:
+            return self.parse(text)
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    def refuse(self, value: object) -> ValueError:
+        return ValueError(f"expected {self.what}, got {_shown(value)}")
+
+    @property
+    def __name__(self) -> str:  # argparse names a type in some messages
+        return type(self).__name__.lower()
+
+
+@dataclass(frozen=True)
+class Integer(Kind):
+    """A whole number in [minimum, maximum]; text may be ``1000``, ``1_000`` or ``1e3``."""
+
+    minimum: int | None = None
+    maximum: int | None = None
+    noun: str = "an integer"
+
+    @property
+    def what(self) -> str:  # type: ignore[override]
+        bounds = [f"≥ {self.minimum}" if self.minimum is not None else "",
+                  f"≤ {self.maximum}" if self.maximum is not None else ""]
+        return " ".join([self.noun, " and ".join(b for b in bounds if b)]).strip()
+
+    def parse(self, text: str) -> int:
+        text = str(text).strip()
+        try:
+            value: Any = int(text)
+        except ValueError:
+            try:
+                number = float(text)
+            except ValueError:
+                raise self.refuse(text) from None
+            if not (math.isfinite(number) and number.is_integer()):
+                raise self.refuse(text) from None
+            value = int(number)
+        return self.check(value)
+
+    def check(self, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+                value = int(value)
+            else:
+                raise self.refuse(value)
+        if (self.minimum is not None and value < self.minimum) or (self.maximum is not None and value > self.maximum):
+            raise self.refuse(value)
+        return value
+
+
+@dataclass(frozen=True)
+class Real(Kind):
+    """A finite number between ``low`` and ``high``, each bound open or closed (None: no bound)."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    noun: str = "a number"
+
+    @property
+    def what(self) -> str:  # type: ignore[override]
+        if self.low is not None and self.high is not None:
+            return (f"{self.noun} in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}"
+                    f"{')' if self.high_open else ']'}")
+        if self.low is not None:
+            return f"{self.noun} {'>' if self.low_open else '≥'} {self.low:g}"
+        if self.high is not None:
+            return f"{self.noun} {'<' if self.high_open else '≤'} {self.high:g}"
+        return f"a finite {self.noun.removeprefix('a ')}"
+
+    def parse(self, text: str) -> float:
+        try:
+            value = float(str(text).strip())
+        except ValueError:
+            raise self.refuse(text) from None
+        return self.check(value)
+
+    def check(self, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.refuse(value)
+        value = float(value)
+        if not math.isfinite(value):
+            raise self.refuse(value)
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            raise self.refuse(value)
+        if self.high is not None and (value >= self.high if self.high_open else value > self.high):
+            raise self.refuse(value)
+        return value
+
+
+@dataclass(frozen=True)
+class Choice(Kind):
+    """One of a fixed set of names (the error lists them)."""
+
+    names: tuple[str, ...]
+    noun: str = "one of"
+
+    @property
+    def what(self) -> str:  # type: ignore[override]
+        return f"{self.noun} {', '.join(self.names)}"
+
+    def check(self, value: Any) -> str:
+        if not isinstance(value, str) or value.strip() not in self.names:
+            raise self.refuse(value)
+        return value.strip()
+
+
+@dataclass(frozen=True)
+class Text(Kind):
+    """Non-empty text of at most ``max_length`` characters, without control characters."""
+
+    max_length: int = 4096
+    what = "non-empty text"
+
+    def check(self, value: Any) -> str:
+        if not isinstance(value, str) or not value.strip() or len(value) > self.max_length:
+            raise self.refuse(value)
+        if any(ord(c) < 32 and c not in "\t" for c in value):
+            raise ValueError(f"expected text without control characters, got {value!r}")
+        return value
+
+
+@dataclass(frozen=True)
+class CommaList(Kind):
+    """Comma-separated values of one kind: at least one, and no value twice."""
+
+    item: Kind
+
+    @property
+    def what(self) -> str:  # type: ignore[override]
+        return f"comma-separated values, each {self.item.what}"
+
+    def parse(self, text: str) -> list:
+        parts = [part.strip() for part in str(text).split(",")]
+        if not any(parts):
+            raise ValueError(f"expected at least one value ({self.what}), got {_shown(text)}")
+        values = []
+        for part in parts:
+            if not part:
+                raise ValueError(f"empty item in {_shown(text)}; expected {self.what}")
+            values.append(self.item.parse(part))
+        return self.check(values)
+
+    def check(self, value: Any) -> list:
+        values = [self.item.check(v) for v in value]
+        if len(set(map(repr, values))) != len(values):
+            raise ValueError(f"a value is listed twice in {values}")
+        return values
+
+
+@dataclass(frozen=True)
+class InputFile(Kind):
+    """A path to an existing file (not a folder), optionally with one of ``suffixes``."""
+
+    suffixes: tuple[str, ...] = ()
+
+    @property
+    def what(self) -> str:  # type: ignore[override]
+        return "an existing file" + (f" ({' or '.join(self.suffixes)})" if self.suffixes else "")
+
+    def check(self, value: Any) -> Path:
+        path = Path(str(value))
+        if not str(value).strip():
+            raise ValueError(f"expected {self.what}, got an empty path")
+        if path.is_dir():
+            raise ValueError(f"{str(path)!r} is a folder; expected {self.what}")
+        if not path.is_file():
+            raise ValueError(f"{str(path)!r} does not exist; expected {self.what}")
+        if self.suffixes and path.suffix.lower() not in self.suffixes:
+            raise ValueError(f"{str(path)!r} is not {' or '.join(self.suffixes)}")
+        return path
+
+
+@dataclass(frozen=True)
+class OutputPath(Kind):
+    """A file to write: its folder exists and it is not itself a folder (checked before any work)."""
+
+    suffixes: tuple[str, ...] = ()
+
+    @property
+    def what(self) -> str:  # type: ignore[override]
+        return "a file path in an existing folder" + (f" ({' or '.join(self.suffixes)})" if self.suffixes else "")
+
+    def check(self, value: Any) -> Path:
+        path = Path(str(value))
+        if not str(value).strip():
+            raise ValueError(f"expected {self.what}, got an empty path")
+        if path.is_dir():
+            raise ValueError(f"{str(path)!r} is a folder; name a file inside it")
+        if not path.parent.is_dir():
+            raise ValueError(f"cannot write {str(path)!r}: folder {str(path.parent)!r} does not exist")
+        if self.suffixes and path.suffix.lower() not in self.suffixes:
+            raise ValueError(f"expected {self.what}, got {str(path)!r}")
+        return path
+
+
+# ---------------------------------------------------------------- the kinds the commands use
+
+positive_int = Integer(minimum=1)
+non_negative_int = Integer(minimum=0)
+seed = Integer(minimum=0, noun="a seed: an integer")
+finite = Real()
+positive = Real(low=0.0, low_open=True)
+non_negative = Real(low=0.0)
+fraction = Real(low=0.0, high=1.0)
+probability = Real(low=0.0, high=1.0, low_open=True, high_open=True)
+tv = Real(low=0.0, high=1.0, low_open=True, high_open=True, noun="a total-variation distance")
+false_fail = Real(low=MIN_FALSE_FAIL, high=1.0, high_open=True, noun="a false-fail rate")
+seconds = Real(low=0.0, low_open=True, noun="a number of seconds")
+
+
+# ---------------------------------------------------------------- argparse in one line
+
+
+def one_line_error(parser: argparse.ArgumentParser, message: str) -> None:
+    """argparse's ``error`` without the usage block: one line, exit status 2."""
+    parser.exit(2, f"{parser.prog}: error: {message} (see {parser.prog} --help)\n")
+
+
+@contextlib.contextmanager
+def parser_errors_in_one_line() -> Iterator[None]:
+    """While a command runs, every argparse parser reports a bad option in one line."""
+    saved = argparse.ArgumentParser.error
+    argparse.ArgumentParser.error = one_line_error  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        argparse.ArgumentParser.error = saved  # type: ignore[method-assign]
+
+
+# ---------------------------------------------------------------- file schemas
+
+
+@dataclass(frozen=True)
+class Where:
+    """A place in an input file: the file, and optionally a line and a field."""
+
+    file: str
+    line: int | None = None
+    field: str | None = None
+
+    def at(self, field: str | None = None, line: int | None = None) -> "Where":
+        """The same file, further in: a field (dotted onto the current one) or a line."""
+        name = field if self.field is None or field is None else f"{self.field}.{field}"
+        return Where(self.file, self.line if line is None else line, name if field is not None else self.field)
+
+    def __str__(self) -> str:
+        text = self.file + (f", line {self.line}" if self.line is not None else "")
+        return text + (f", field {self.field!r}" if self.field is not None else "")
+
+    def error(self, message: str) -> InputFileError:
+        """A one-line ``InputFileError`` (exit status 2) located here."""
+        return InputFileError(f"{self}: {' '.join(str(message).split())}")
+
+
+def where(file: object, line: int | None = None, field: str | None = None) -> Where:
+    return Where(str(file), line, field)
+
+
+def check(value: Any, kind: Kind, place: Where) -> Any:
+    """``kind.check(value)``, its error located at ``place``."""
+    try:
+        return kind.check(value)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise place.error(str(exc)) from None
+
+
+def field(mapping: Any, name: str, kind: Kind, place: Where, default: Any = ...) -> Any:
+    """The field ``name`` of a table, checked; missing and no ``default``: one-line error."""
+    table(mapping, place)
+    if name not in mapping:
+        if default is ...:
+            raise place.at(name).error(f"missing; expected {kind.what}")
+        return default
+    return check(mapping[name], kind, place.at(name))
+
+
+def table(value: Any, place: Where, allowed: Sequence[str] | None = None) -> Mapping[str, Any]:
+    """A table (JSON object, TOML table) with only ``allowed`` keys, when given."""
+    if not isinstance(value, Mapping):
+        raise place.error(f"expected a table of fields, got {type(value).__name__} {_shown(value)}")
+    if allowed is not None:
+        unknown = sorted(set(map(str, value)) - set(allowed))
+        if unknown:
+            raise place.error(f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(allowed)}")
+    return value
+
+
+def _read_text(path: Path | str) -> str:
+    place = where(path)
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except IsADirectoryError:
+        raise place.error("is a folder, not a file") from None
+    except FileNotFoundError:
+        raise place.error("does not exist") from None
+    except UnicodeDecodeError as exc:
+        raise place.error(f"is not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise place.error(f"cannot be read: {exc.strerror or exc}") from None
+
+
+def read_json(path: Path | str) -> Any:
+    """A JSON document; a syntax error names its line and column."""
+    text = _read_text(path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise where(path, exc.lineno).error(f"not valid JSON: {exc.msg} (column {exc.colno})") from None
+    except RecursionError:
+        raise where(path).error("not valid JSON: nested too deeply") from None
+
+
+def read_toml(path: Path | str) -> dict:
+    """A TOML document; a syntax error says where."""
+    import tomllib
+
+    text = _read_text(path)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise where(path).error(f"not valid TOML: {exc}") from None
+    except RecursionError:
+        raise where(path).error("not valid TOML: nested too deeply") from None
+
+
+def read_jsonl(path: Path | str) -> Iterator[tuple[Where, Any]]:
+    """(place, object) per non-blank line of a JSON-lines file; a bad line names its number."""
+    for number, line in enumerate(_read_text(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            yield where(path, number), json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise where(path, number).error(f"not valid JSON: {exc.msg} (column {exc.colno})") from None
+        except RecursionError:
+            raise where(path, number).error("not valid JSON: nested too deeply") from None
+
+
+def one_line(exc: BaseException) -> str:
+    """The first line of an exception's message, for a one-line report of a foreign error."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
