@@ -31,8 +31,8 @@ def _pyplot():
     return plt
 
 
-def _save(fig, path: Path) -> Path:
-    fig.savefig(path, dpi=120, bbox_inches="tight", metadata={"Software": None})
+def _save(fig, path: Path, dpi: int = 120) -> Path:
+    fig.savefig(path, dpi=dpi, bbox_inches="tight", metadata={"Software": None})
     fig.clf()
     return path
 

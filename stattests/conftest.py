@@ -120,3 +120,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         cert.to_csv(os.fspath(path), {"command": "pytest", "decoder": session.name, "tv": cfg.tv,
                                       "false_fail": cfg.false_fail, "seed": cfg.seed})
         terminalreporter.write_line(f"certificate written to {path}")
+        terminalreporter.write_line(_figures(session, cert, path))
+
+
+def _figures(session, cert, path) -> str:
+    """One PNG per fixture beside the certificate; without matplotlib, a line saying so."""
+    from specgauge.reports.certificate_plots import figures_note, plot_certificate
+    from specgauge.reports.plots import PlotError
+
+    try:
+        return figures_note(plot_certificate(session.runs, cert, os.fspath(path)))
+    except PlotError as exc:
+        return f"no figures: {exc}"
