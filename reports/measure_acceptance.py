@@ -118,6 +118,8 @@ def measure(target: LawModel, drafts: Sequence[LawModel | NgramProposer], reques
             length: int, seed: int, k: int, batch: int = 8,
             progress: Callable[[int], None] | None = None) -> Measurement:
     """Teacher-forced α of every draft on every request (``k`` ranked candidates per position)."""
+    if any(len(r.prompt) == 0 for r in requests):
+        raise AcceptanceInputError("a prompt has no tokens: the first position needs a context")
     conts, sources = continuations(target, requests, length, seed)
     prompts = [r.prompt for r in requests]
     alphas: list[list[np.ndarray]] = [[] for _ in drafts]

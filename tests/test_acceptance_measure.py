@@ -259,3 +259,20 @@ def test_where_the_law_and_the_run_part(independent):
     row = summary_rows(m, [4], seed=2, k=2, measured={("d", 4): rounds})[0]
     apart = row["measured_ci_high"] < row["tokens_per_pass_ci_low"] or row["tokens_per_pass_ci_high"] < row["measured_ci_low"]
     assert apart != independent, row
+
+
+def test_sharegpt_chats_and_token_ids_are_read(tiny, tmp_path):
+    root, target, _, _ = tiny
+    sharegpt = tmp_path / "chats.json"
+    sharegpt.write_text(json.dumps([
+        {"conversations": [{"from": "human", "value": "alpha bravo"}, {"from": "gpt", "value": "charlie"},
+                           {"from": "human", "value": "delta"}]},
+        {"messages": [{"role": "system", "content": "echo"}, {"role": "user", "content": "golf"}]},
+        [3, 4, 5]]))
+    requests = read_requests(sharegpt, str(target))
+    # no chat template: the turns before the first assistant turn, joined by newlines
+    assert [r.prompt.tolist() for r in requests] == [[1, 2], [5, 7], [3, 4, 5]]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"conversations": [{"from": "gpt", "value": "x"}]}]))
+    with pytest.raises(Exception, match="no user turn before the first assistant turn"):
+        read_requests(bad, str(target))
