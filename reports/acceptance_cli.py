@@ -21,7 +21,7 @@ import pandas as pd
 from specgauge.csvio import _atomic_write_bytes, resolve_csv_target, write_csv_atomic
 from specgauge.errors import SpecgaugeError
 
-from .acceptance_models import AcceptanceInputError, Loader, NgramProposer, Sampling, load_model, split_label
+from .acceptance_models import AcceptanceInputError, Loader, Sampling, load_model, split_label
 from .acceptance_prompts import Request, read_requests
 from .console import say
 
@@ -151,9 +151,6 @@ def _run(args, target, drafts, requests, run_gammas) -> dict:
 
     measured = {}
     for draft in drafts:
-        if isinstance(draft, NgramProposer):
-            say(f"--run: {draft.name} skipped (prompt lookup has no law to verify against; its α is measured)")
-            continue
         for gamma in run_gammas:
             with _bar(len(requests) * args.max_new_tokens, f"run {draft.name} γ={gamma}", args.no_progress) as bar:
                 measured[(draft.name, gamma)] = run_speculative(

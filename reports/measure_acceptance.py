@@ -256,17 +256,43 @@ def summary_rows(m: Measurement, gammas: Sequence[int], seed: int, k: int,
 # ---------------------------------------------------------------- the real thing, for comparison
 
 
-def run_speculative(target: LawModel, draft: LawModel, prompts: Sequence[np.ndarray], *, length: int, gamma: int,
-                    seed: int, progress: Callable[[int], None] | None = None) -> list[np.ndarray]:
+def _propose(draft: LawModel | NgramProposer, prefixes: list[np.ndarray], gamma: int, vocab: int,
+             rng: np.random.Generator) -> tuple[list[np.ndarray], np.ndarray]:
+    """Each row's drafts (γ from a law; from prompt lookup, up to γ, stopping where it finds
+    nothing) and the laws q [rows, γ, V] they were drawn from (one-hot for prompt lookup)."""
+    from specgauge.stattests.core.sampling import sample_rows
+
+    q = np.zeros((len(prefixes), gamma, vocab))
+    work = list(prefixes)
+    if isinstance(draft, NgramProposer):
+        drafts = []
+        for r, seq in enumerate(work):  # a lookup per drafted token, as the proposer runs
+            got: list[int] = []
+            while len(got) < gamma and (c := int(draft.candidates(np.append(seq, got), len(seq) + len(got), 1)[-1, 0])) >= 0:
+                q[r, len(got), c] = 1.0
+                got.append(c)
+            drafts.append(np.asarray(got, np.int64))
+        return drafts, q
+    for j in range(gamma):  # draft steps depend on each other; requests go together
+        laws = draft.laws(work, [len(w) for w in work])
+        q[:, j, :draft.vocab_size] = np.stack([law[-1] for law in laws])
+        work = [np.append(w, t) for w, t in zip(work, sample_rows(q[:, j], rng))]
+    return [w[-gamma:] for w in work], q
+
+
+def run_speculative(target: LawModel, draft: LawModel | NgramProposer, prompts: Sequence[np.ndarray], *,
+                    length: int, gamma: int, seed: int,
+                    progress: Callable[[int], None] | None = None) -> list[np.ndarray]:
     """Speculative decoding through the reference rule (NumPy, Leviathan's): tokens emitted per
-    round for each prompt, until each has ``length`` new tokens. The draft samples γ tokens from its
-    laws, one forward pass of the target over prefix + drafts gives the γ + 1 laws to verify."""
+    round for each prompt, until each has ``length`` new tokens. One forward pass of the target over
+    prefix + drafts gives the laws to verify; rows with the same number of drafts are verified
+    together, and a row with none (prompt lookup found nothing) emits one token sampled from p."""
     from specgauge.stattests.core.contract import check_emitted, emitted_lengths
     from specgauge.stattests.core.reference import NumpyDecoder
     from specgauge.stattests.core.sampling import sample_rows
 
     vocab = target.vocab_size
-    if draft.vocab_size > vocab:
+    if not isinstance(draft, NgramProposer) and draft.vocab_size > vocab:
         raise AcceptanceInputError(f"draft {draft.name!r} has {draft.vocab_size} tokens, more than the target's {vocab}")
     draft_rng, verify_rng = np.random.default_rng(seed).spawn(2)
     decoder = NumpyDecoder()
@@ -274,19 +300,21 @@ def run_speculative(target: LawModel, draft: LawModel, prompts: Sequence[np.ndar
     starts = [len(p) for p in prompts]
     rounds: list[list[int]] = [[] for _ in prompts]
     while active := [i for i, s in enumerate(seqs) if len(s) - starts[i] < length]:
-        work = [seqs[i] for i in active]
-        q = np.zeros((len(active), gamma, vocab))
-        for j in range(gamma):  # draft steps depend on each other; requests go together
-            laws = draft.laws(work, [len(w) for w in work])
-            q[:, j, :draft.vocab_size] = np.stack([law[-1] for law in laws])
-            tokens = sample_rows(q[:, j], draft_rng)
-            work = [np.append(w, t) for w, t in zip(work, tokens)]
-        p = np.stack(target.laws(work, [len(seqs[i]) for i in active]))
-        drafts = np.stack([w[-gamma:] for w in work])
-        emitted = check_emitted(decoder.verify(p, q, drafts.copy(), verify_rng), drafts, vocab)
-        for i, row, n in zip(active, emitted, emitted_lengths(emitted)):
-            seqs[i] = np.concatenate([seqs[i], row[:n]])
-            rounds[i].append(int(n))
+        drafts, q = _propose(draft, [seqs[i] for i in active], gamma, vocab, draft_rng)
+        sizes = np.array([len(d) for d in drafts])
+        for g in np.unique(sizes):
+            rows = np.flatnonzero(sizes == g)
+            ids = [active[r] for r in rows]
+            p = np.stack(target.laws([np.concatenate([seqs[i], drafts[r]]) for i, r in zip(ids, rows)],
+                                     [len(seqs[i]) for i in ids]))
+            if g == 0:
+                emitted = sample_rows(p[:, 0], verify_rng)[:, None]
+            else:
+                tokens = np.stack([drafts[r] for r in rows])
+                emitted = check_emitted(decoder.verify(p, q[rows, :g], tokens.copy(), verify_rng), tokens, vocab)
+            for i, row, n in zip(ids, emitted, emitted_lengths(emitted)):
+                seqs[i] = np.concatenate([seqs[i], row[:n]])
+                rounds[i].append(int(n))
         if progress is not None:
             progress(len(active))
     return [np.asarray(r, np.int64) for r in rounds]

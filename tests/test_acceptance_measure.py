@@ -127,6 +127,9 @@ def test_ngram_on_text_with_known_repeats():
     assert m.continuations[0].tolist() == [0, 1, 2, 3, 0, 1, 2, 3]
     assert m.drafts[0].alphas[0].tolist() == [0.0] + [1.0] * 7
     assert m.drafts[0].ranks[0][:, 1].max() == 0.0                  # one follower only: no second rank
+    # run for real: nothing to look up at first (one token from p), then every round is accepted whole
+    rounds = run_speculative(target, NgramProposer(max_n=2), [np.array([0, 1, 2, 3])], length=12, gamma=3, seed=0)
+    assert rounds[0].tolist() == [1, 4, 4, 4]
 
 
 # ---------------------------------------------------------------- Hugging Face and the command line
