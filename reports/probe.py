@@ -28,6 +28,8 @@ def _number(kind, test, what: str):
 positive_int = _number(int, lambda v: v >= 1, "an integer >= 1")
 count = _number(int, lambda v: v >= 0, "an integer >= 0")
 positive = _number(float, lambda v: 0 < v < float("inf"), "a positive number")
+timeout = _number(float, lambda v: 0 < v < float("inf"),
+                  "a positive number of seconds (a request cannot finish in no time)")
 temperature = _number(float, lambda v: 0 <= v < float("inf"), "a number >= 0")
 top_p = _number(float, lambda v: 0 < v <= 1, "a probability in (0, 1]")
 unit = _number(float, lambda v: 0 <= v <= 1, "a number in [0, 1]")
@@ -60,8 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--concurrency", type=positive_int, default=4, help="requests in flight (default 4)")
     parser.add_argument("--max-rps", type=positive, default=None, help="requests started per second, at most")
     parser.add_argument("--retries", type=count, default=5, help="retries on 429/5xx/dropped connections (default 5)")
-    parser.add_argument("--timeout", type=positive, default=120.0,
-                        help="seconds per request, > 0: a request cannot finish in no time (default 120)")
+    parser.add_argument("--timeout", type=timeout, default=120.0, help="seconds per request, > 0 (default 120)")
     parser.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"), help="default $OPENAI_API_KEY")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser

@@ -42,12 +42,19 @@ class ReferenceModel:
 def _load(path: str):
     try:
         import torch  # noqa: F401
-        from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError as exc:
         raise ConfigError(f"the reference mode needs torch and transformers: install the extra with "
                           f"pip install 'specgauge[hf]' ({exc})") from None
     if not Path(path).is_dir():
         raise ConfigError(f"reference model {path!r} is not a local directory")
+    if not (Path(path) / "config.json").is_file():
+        raise ConfigError(f"no model in {path!r}: a Hugging Face model directory (config.json, weights, "
+                          "tokenizer) is needed")
+    try:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError as exc:
+        raise ConfigError(f"the reference mode needs torch and transformers: install the extra with "
+                          f"pip install 'specgauge[hf]' ({exc})") from None
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path).eval()

@@ -1,0 +1,160 @@
+"""Bad inputs to `specgauge probe` and `compare`, as a user meets them: one line or an honest verdict.
+
+Each case once gave a traceback, a hang, or a PASS on data that cannot support one.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+httpx2 = pytest.importorskip("httpx2")
+
+from specgauge.fixtures.fake_openai import FakeOpenAI  # noqa: E402
+from specgauge.reports import cli  # noqa: E402
+from specgauge.stattests.server.compare import one_sample_logprobs, two_sample  # noqa: E402
+from specgauge.stattests.server.probe import ClientConfig, ProbeConfig, probe, read_probe  # noqa: E402
+
+PROMPTS = ["one", "two", "three", "four"]
+
+
+def _probe(path, app, *, samples=60, temperature=1.0, top_logprobs=4, n=16):
+    cfg = ProbeConfig("http://fake", temperature=temperature, max_tokens=3, samples_per_prompt=samples,
+                      top_logprobs=top_logprobs, n=n)
+    probe(cfg, PROMPTS, path, client_config=ClientConfig(concurrency=4), transport=httpx2.ASGITransport(app=app))
+    return path
+
+
+def _one_line_error(capsys, argv) -> str:
+    status = cli.main(argv)
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert status != 0 and len(err.splitlines()) == 1, (status, captured.err, captured.out)
+    assert "Traceback" not in err
+    return err
+
+
+def test_top_logprobs_as_a_list_of_pairs_is_read(tmp_path):
+    run = read_probe(_probe(tmp_path / "pairs.jsonl", FakeOpenAI(pairs=True, seed=1), samples=200))
+    assert all(isinstance(pair, list) and len(pair) == 2 for r in run.records for row in r["top"] for pair in row)
+    cert = one_sample_logprobs(run)
+    assert cert.passed, cert.verdict()
+
+
+def test_top_logprobs_in_an_unknown_shape_is_one_line():
+    from specgauge.stattests.server.probe import ServerError, _top_pairs
+
+    with pytest.raises(ServerError, match="top_logprobs in an unknown shape"):
+        _top_pairs([["a", 0.1, "extra"]])
+
+
+def test_temperature_mismatch_is_refused_naming_the_field(tmp_path, capsys):
+    a = _probe(tmp_path / "a.jsonl", FakeOpenAI(), temperature=0.9)
+    b = _probe(tmp_path / "b.jsonl", FakeOpenAI(), temperature=1.0)
+    err = _one_line_error(capsys, ["compare", str(b), "--baseline", str(a), "--csv", str(tmp_path / "c.csv")])
+    assert "differ in temperature (baseline 0.9, candidate 1.0)" in err
+
+
+@pytest.mark.parametrize("field, value", [("top_p", 0.9), ("top_k", 5), ("min_p", 0.05), ("max_tokens", 4),
+                                          ("stop", ["w1"]), ("top_logprobs", 2), ("model", "other")])
+def test_every_law_field_is_compared(tmp_path, field, value):
+    from specgauge.errors import ConfigError
+
+    base = read_probe(_probe(tmp_path / "a.jsonl", FakeOpenAI(), samples=16))
+    header = json.loads(json.dumps(base.header))
+    if field == "model":
+        header["model"] = value
+    else:
+        header["params"][field] = value
+    other = type(base)(header, base.records, None)
+    with pytest.raises(ConfigError, match=f"differ in {field}"):
+        two_sample(base, other)
+
+
+def test_header_only_file_is_refused(tmp_path, capsys):
+    full = _probe(tmp_path / "full.jsonl", FakeOpenAI(), samples=16)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text(full.read_text().splitlines()[0] + "\n")
+    for argv in (["compare", str(empty)], ["compare", str(empty), "--baseline", str(full)]):
+        err = _one_line_error(capsys, argv + ["--csv", str(tmp_path / "c.csv")])
+        assert "holds no samples" in err
+
+
+def test_reference_folder_without_a_model_is_one_line(tmp_path, capsys):
+    pytest.importorskip("torch")
+    run = _probe(tmp_path / "run.jsonl", FakeOpenAI(), samples=16)
+    (tmp_path / "nomodel").mkdir()
+    err = _one_line_error(capsys, ["compare", str(run), "--reference", str(tmp_path / "nomodel"),
+                                   "--csv", str(tmp_path / "c.csv")])
+    assert "no model in" in err
+
+
+def test_reference_without_torch_names_the_extra(tmp_path, capsys, monkeypatch):
+    run = _probe(tmp_path / "run.jsonl", FakeOpenAI(), samples=16)
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
+    err = _one_line_error(capsys, ["compare", str(run), "--reference", str(tmp_path), "--csv", str(tmp_path / "c.csv")])
+    assert "pip install 'specgauge[hf]'" in err
+
+
+def test_samples_cut_to_two_tokens_give_an_honest_verdict(tmp_path, capsys):
+    run = _probe(tmp_path / "cut.jsonl", FakeOpenAI(cut_to=2), samples=200)
+    status = cli.main(["compare", str(run), "--csv", str(tmp_path / "c.csv")])
+    out = capsys.readouterr().out
+    assert "800 of 800 samples cut short" in out and "800 with finish_reason 'length'" in out
+    assert "untested (no sample reached them): position-given-prefix[pos2]" in out
+    assert status == 0  # what was tested passed; the note and the untested position say what was not
+
+
+def test_identical_choices_fail_within_request_independence(tmp_path):
+    run = read_probe(_probe(tmp_path / "dup.jsonl", FakeOpenAI(duplicate_choices=True), samples=320))
+    cert = one_sample_logprobs(run)
+    assert not cert.passed, cert.verdict()
+    assert "choices-within-request-independent" in cert.verdict()
+    exact = one_sample_logprobs(read_probe(_probe(tmp_path / "ok.jsonl", FakeOpenAI(seed=2), samples=320)))
+    assert exact.passed, exact.verdict()
+
+
+def test_same_file_twice_is_warned(tmp_path, capsys):
+    run = _probe(tmp_path / "run.jsonl", FakeOpenAI(), samples=40)
+    copy = tmp_path / "copy.jsonl"
+    copy.write_bytes(run.read_bytes())
+    cli.main(["compare", str(run), "--baseline", str(run), "--csv", str(tmp_path / "c.csv")])
+    assert "note: baseline and candidate are the same file" in capsys.readouterr().out
+    cli.main(["compare", str(copy), "--baseline", str(run), "--csv", str(tmp_path / "c.csv")])
+    assert "note: baseline and candidate hold the same samples" in capsys.readouterr().out
+
+
+def test_a_fail_line_quotes_the_failing_checks_pvalue(tmp_path):
+    cert = one_sample_logprobs(read_probe(_probe(tmp_path / "dup.jsonl", FakeOpenAI(duplicate_choices=True),
+                                                 samples=320)))
+    failed = cert.frame[cert.frame["verdict"] == "fail"].iloc[0]
+    assert f"{failed['check']}" in cert.verdict() and f"p-value {failed['pvalue']:.3g})" in cert.verdict()
+
+
+@pytest.mark.parametrize("flag, value, says", [
+    ("--concurrency", "0", "an integer >= 1"), ("--concurrency", "-1", "an integer >= 1"),
+    ("--top-p", "2", "a probability in (0, 1]"), ("--timeout", "-1", "a positive number of seconds"),
+    ("--samples", "0", "an integer >= 1"), ("--temperature", "nan", "a number >= 0"),
+])
+def test_probe_options_are_checked_in_one_line(tmp_path, capsys, flag, value, says):
+    err = _one_line_error(capsys, ["probe", "http://127.0.0.1:9", "--out", str(tmp_path / "x.jsonl"), flag, value])
+    assert flag in err and says in err
+
+
+def test_probe_timeout_zero_says_why(tmp_path, capsys):
+    err = _one_line_error(capsys, ["probe", "http://127.0.0.1:9", "--out", str(tmp_path / "x.jsonl"),
+                                   "--timeout", "0"])
+    assert "--timeout" in err and "a request cannot finish in no time" in err
+
+
+def test_probe_into_a_missing_folder_is_one_line(tmp_path, capsys):
+    err = _one_line_error(capsys, ["probe", "http://127.0.0.1:9", "--out", "/nonexistent/x.jsonl", "--retries", "0"])
+    assert "the folder '/nonexistent' does not exist" in err
+
+
+@pytest.mark.parametrize("value", ["nan", "-1", "0", "2"])
+def test_compare_false_fail_is_a_rate(tmp_path, capsys, value):
+    err = _one_line_error(capsys, ["compare", str(tmp_path / "x.jsonl"), f"--false-fail={value}"])
+    assert "--false-fail" in err and "a rate in (0, 1)" in err
