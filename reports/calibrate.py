@@ -262,6 +262,8 @@ def _toml_value(value: Any) -> str:
         return "inf"
     if isinstance(value, int):
         return str(value)
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     return f"{value:.6g}"
 
 

@@ -28,7 +28,7 @@ from typing import Protocol
 
 import numpy as np
 
-from specgauge.simulator.profiles import GPU, Model, StepFit
+from specgauge.simulator.profiles import GPU, Model, StepFit, distinct_experts
 
 PRIOR = "datasheet prior"
 
@@ -58,13 +58,15 @@ class PassCost:
     c_expert: float = 0.0              # streaming one routed expert of every MoE layer
     experts: int = 0
     experts_per_token: int = 0
+    measured_experts: tuple | None = None   # a measured distinct-experts curve; None: random routing
     source: str = PRIOR
 
     @classmethod
     def from_shape(cls, gpu: GPU, *, linear_params: float, kv_bytes_per_token: float, attn_flops_per_ctx: float,
                    layers: int, hidden: int, dtype_bytes: int, tp: int = 1, layer_overhead_us: float | None = None,
                    weight_params: float | None = None, expert_params: float = 0.0, moe_layers: int = 0,
-                   experts: int = 0, experts_per_token: int = 0) -> "PassCost":
+                   experts: int = 0, experts_per_token: int = 0, measured_experts: tuple | None = None
+                   ) -> "PassCost":
         """The datasheet prior of a pass over a network of this shape, split over ``tp`` GPUs.
 
         ``linear_params``: multiplied per token; ``weight_params``: streamed by every pass
@@ -86,7 +88,7 @@ class PassCost:
                    c_attn=attn_flops_per_ctx * per_gpu / (gpu.peak_flops * gpu.mfu),
                    c_weight=(linear_params if weight_params is None else weight_params) * stream, knee=gpu.knee,
                    c_expert=expert_params * moe_layers * stream, experts=experts,
-                   experts_per_token=experts_per_token, source=PRIOR)
+                   experts_per_token=experts_per_token, measured_experts=measured_experts, source=PRIOR)
 
     @classmethod
     def prior(cls, gpu: GPU, model: Model, tp: int = 1, layer_overhead_us: float | None = None) -> "PassCost":
@@ -100,14 +102,15 @@ class PassCost:
                               dtype_bytes=model.dtype_bytes, tp=tp, layer_overhead_us=layer_overhead_us,
                               weight_params=model.dense_weight_params, expert_params=model.expert_params,
                               moe_layers=model.moe_layers, experts=model.experts,
-                              experts_per_token=model.experts_per_token)
+                              experts_per_token=model.experts_per_token, measured_experts=model.measured_experts)
 
     @classmethod
     def from_fit(cls, fit: StepFit, attn_from: "PassCost | None" = None) -> "PassCost":
         """A fit's coefficients; attention arithmetic (not in the fit's form) and a MoE's expert
         traffic from the prior."""
         moe = {} if attn_from is None else dict(c_expert=attn_from.c_expert, experts=attn_from.experts,
-                                                experts_per_token=attn_from.experts_per_token)
+                                                experts_per_token=attn_from.experts_per_token,
+                                                measured_experts=attn_from.measured_experts)
         return cls(c_fixed=fit.c_fixed_ms * 1e-3, c_token=fit.c_token_us * 1e-6, c_kv=fit.c_kv_ns * 1e-9,
                    c_attn=fit.c_attn_ns * 1e-9 if fit.c_attn_ns is not None else
                    attn_from.c_attn if attn_from is not None else 0.0, c_weight=fit.c_weight_ms * 1e-3,
@@ -122,9 +125,8 @@ class PassCost:
         """Seconds streaming weights: the dense part plus the routed experts ``tokens`` touch."""
         if not self.experts:
             return self.c_weight
-        e, k = self.experts, self.experts_per_token
-        touched = e * (1.0 - np.power(1.0 - k / e, tokens))
-        return self.c_weight + self.c_expert * touched
+        return self.c_weight + self.c_expert * distinct_experts(tokens, self.experts, self.experts_per_token,
+                                                                self.measured_experts)
 
     def linear(self, tokens):
         """Seconds of the pass's matrices: weight streaming and GEMM arithmetic, blended at the knee."""

@@ -204,5 +204,6 @@ def build_draft(name: str | None, *, gpu: GPU, target: Model, target_cost: PassC
             gpu, linear_params=linear, kv_bytes_per_token=kv, attn_flops_per_ctx=4.0 * target.heads * target.head_dim,
             layers=2, hidden=target.hidden, dtype_bytes=target.dtype_bytes, tp=tp, weight_params=linear - routed,
             expert_params=target.expert_params if moe else 0.0, moe_layers=int(moe), experts=target.experts if moe else 0,
-            experts_per_token=target.experts_per_token if moe else 0))
+            experts_per_token=target.experts_per_token if moe else 0,
+            measured_experts=target.measured_experts if moe else None))
     return Draft(kind, f"{kind}:{target.name}", tp, resident * target.dtype_bytes / tp, kv / tp, cost, empty)

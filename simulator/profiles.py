@@ -190,6 +190,7 @@ class Model:
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
     mtp_layers: int = 0
+    measured_experts: tuple | None = None   # [[tokens, distinct experts per MoE layer], ...] measured; None: random routing
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -211,6 +212,9 @@ class Model:
                               f"and moe_intermediate > 0")
         if self.dense_layers > self.layers:
             raise ConfigError(f"model profile {self.name!r}: dense_layers {self.dense_layers} > layers {self.layers}")
+        if self.measured_experts is not None:
+            object.__setattr__(self, "measured_experts", _routing_table(self.name, self.measured_experts,
+                                                                        self.experts, self.experts_per_token))
 
     @property
     def dtype_bytes(self) -> int:
@@ -320,12 +324,38 @@ class Model:
         return float(self.kv_bytes_per_token) if self.is_mla else self.kv_bytes_per_token / tp
 
     def distinct_experts(self, tokens):
-        """Expected routed experts a pass over ``tokens`` tokens touches per MoE layer, for random
-        routing: E · (1 − (1 − k/E)^tokens). Balanced routers are close to random; skewed ones touch fewer."""
+        """Routed experts a pass over ``tokens`` tokens touches per MoE layer: the measured table
+        (``measured_experts``, interpolated in log tokens) where the profile gives one, else the
+        expectation under random routing, E · (1 − (1 − k/E)^tokens). Balanced routers are close
+        to random; routers whose neighbouring tokens share experts touch fewer."""
         if not self.is_moe:
             return 0.0
-        e, k = self.experts, self.experts_per_token
-        return e * (1.0 - np.power(1.0 - k / e, np.asarray(tokens, dtype=float)))
+        return distinct_experts(tokens, self.experts, self.experts_per_token, self.measured_experts)
+
+
+def distinct_experts(tokens, experts: int, per_token: int, measured: tuple | None = None):
+    """Distinct routed experts touched by ``tokens`` tokens (see ``Model.distinct_experts``)."""
+    if measured is not None:
+        t, e = np.array(measured, dtype=float).T
+        return np.interp(np.log(np.maximum(tokens, 1.0)), np.log(t), e)
+    return experts * (1.0 - np.power(1.0 - per_token / experts, tokens))
+
+
+def _routing_table(name: str, table: object, experts: int, per_token: int) -> tuple:
+    """A measured distinct-experts curve: [[tokens, experts], ...], tokens increasing from 1, experts
+    non-decreasing between experts_per_token and experts."""
+    try:
+        pairs = tuple((float(t), float(e)) for t, e in table)  # type: ignore[union-attr]
+    except (TypeError, ValueError):
+        raise ConfigError(f"model profile {name!r}: measured_experts must be a list of [tokens, experts] pairs, "
+                          f"got {table!r}") from None
+    t = [p[0] for p in pairs]
+    e = [p[1] for p in pairs]
+    if not experts or not pairs or t[0] < 1 or any(b <= a for a, b in zip(t, t[1:])) \
+            or any(b < a for a, b in zip(e, e[1:])) or e[0] < per_token or e[-1] > experts:
+        raise ConfigError(f"model profile {name!r}: measured_experts needs experts > 0 and pairs with tokens "
+                          f"increasing from >= 1 and experts non-decreasing within [{per_token}, {experts}]")
+    return pairs
 
 
 _KINDS = {"gpus": ("GPU", GPU), "models": ("model", Model), "steps": ("step fit", StepFit)}

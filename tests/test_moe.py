@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specgauge.simulator import IIDAcceptance, SimulationConfig, load_model, memory_plan, simulate
+from specgauge.simulator import ConfigError, IIDAcceptance, SimulationConfig, load_model, memory_plan, simulate
 from specgauge.simulator.core import resolve
 from specgauge.simulator.cost import PassCost
 from specgauge.simulator.drafts import _head_params
@@ -59,3 +59,24 @@ def test_mtp_on_a_moe_target_runs_and_pays_most_at_large_batch():
     setup = resolve(SimulationConfig(gpu="h200", target="deepseek-v3", draft="mtp", tp=8, gamma=1))
     assert setup.draft.weight_bytes == pytest.approx(_head_params(load_model("deepseek-v3"), "mtp")[0] / 8)
     assert np.isfinite(setup.target_cost.time(64, 64_000, 64_000))
+
+
+def test_a_measured_routing_curve_replaces_random_routing(tmp_path):
+    # Neighbouring tokens that share experts: 2 tokens touch 10 experts, not 16 (random routing: 15.75).
+    path = tmp_path / "routing.toml"
+    path.write_text('[models.deepseek-v3]\nmeasured_experts = [[1, 8], [2, 10], [64, 200], [4096, 256]]\n')
+    measured, random = load_model("deepseek-v3", str(path)), load_model("deepseek-v3")
+    assert measured.distinct_experts(2) == pytest.approx(10.0) and random.distinct_experts(2) == pytest.approx(15.75)
+    assert measured.distinct_experts(8) == pytest.approx(10 + (200 - 10) * np.log(4) / np.log(32))
+    gpu = load_gpu("h200")
+    cheap, dear = PassCost.prior(gpu, measured, 8), PassCost.prior(gpu, random, 8)
+    assert cheap.time(2, 1000, 2000) < dear.time(2, 1000, 2000) and cheap.time(1, 1000, 1000) == dear.time(1, 1000, 1000)
+    row = simulate(SimulationConfig(gpu="h200", target="deepseek-v3", draft="mtp", tp=8, gamma=1, batch_size=1,
+                                    requests=2, output_len=64, acceptance=IIDAcceptance(0.9), profiles=str(path)))
+    assert row["speedup_vs_no_spec"] > simulate(SimulationConfig(
+        gpu="h200", target="deepseek-v3", draft="mtp", tp=8, gamma=1, batch_size=1, requests=2, output_len=64,
+        acceptance=IIDAcceptance(0.9)))["speedup_vs_no_spec"]
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[models.deepseek-v3]\nmeasured_experts = [[1, 8], [2, 300]]\n')
+    with pytest.raises(ConfigError, match="measured_experts"):
+        load_model("deepseek-v3", str(bad))
