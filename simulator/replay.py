@@ -138,8 +138,10 @@ def _counts(record: object, method: str, where: str) -> tuple[list[int], bool]:
     if isinstance(entry, dict):
         entry = entry.get("acc_len")
     if entry is None:
+        others = [k[4:] for k in record if k.startswith("acc_")]
+        hint = f"; this trace has {', '.join(others)}: name one as PATH.jsonl:{others[0]}" if others else ""
         raise ConfigError(f"{where}: no acceptance found: expected acc_{method}.acc_len (SpecDecode-Bench) or "
-                          f"{' / '.join(STEP_KEYS)} (per-step counts)")
+                          f"{' / '.join(STEP_KEYS)} (per-step counts){hint}")
     return _ints(entry, where, minimum=1), True
 
 

@@ -279,3 +279,12 @@ def test_sharegpt_chats_and_token_ids_are_read(tiny, tmp_path):
     bad.write_text(json.dumps([{"conversations": [{"from": "gpt", "value": "x"}]}]))
     with pytest.raises(Exception, match="no user turn before the first assistant turn"):
         read_requests(bad, str(target))
+
+
+def test_replaying_without_a_label_names_the_labels_there(tmp_path, capsys):
+    csv = tmp_path / "acc.csv"
+    assert main(["acceptance", "--target", "toy:bigram-v6-mid", "--draft", "mid=toy:bigram-v6-mid", "--draft", "ngram",
+                 "--max-new-tokens", "8", "--no-plot", "--no-progress", "--csv", str(csv)]) == 0
+    capsys.readouterr()
+    assert main(["simulate", "--alpha", str(tmp_path / "acc.jsonl"), "--requests", "4", "--output-len", "8"]) != 0
+    assert "this trace has mid, ngram: name one as PATH.jsonl:mid" in capsys.readouterr().err
