@@ -127,22 +127,49 @@ def _call_block_test(first: np.ndarray, call_rows: int, rate: float, rates: Rate
     calls = first.size // call_rows
     block = first[: calls * call_rows]
     _, tok = np.unique(block, return_inverse=True)
-    bins = _pool(np.bincount(tok) * (call_rows / block.size), MIN_EXPECTED)[tok]
+    expected = np.bincount(tok) * (call_rows / block.size)
+    # neighbouring categories grouped until each group expects MIN_EXPECTED per call (half a
+    # call's rows when calls are smaller: two groups at least)
+    least = min(MIN_EXPECTED, call_rows / 2)
+    groups = max(int(expected.sum() // least), 1)
+    bins = np.minimum((np.cumsum(expected) - expected) // least, groups - 1).astype(np.int64)[tok]
     call = np.repeat(np.arange(calls), call_rows)
     return independence_test(call, bins, false_fail_rate=rate, false_pass_rate=rates.false_pass, min_expected=0.0)
+
+
+#: Above this vocabulary the row tests see each token's probability band, not the token.
+COARSE_VOCAB = 4096
+BANDS = 16
+
+
+def _coarse(tokens: np.ndarray, fixture: PairFixture, pairs: int) -> np.ndarray:
+    """Each first token's band of p₀ (bands of equal mass, by rank: at most BANDS, and few
+    enough that each fills √(MIN_EXPECTED · pairs) of a sub-test's ``pairs``) on large
+    vocabularies: a function of the token, so independence of the bands is still an exact
+    test of independence, and a few hundred rows fill its table (tokens would not)."""
+    if fixture.vocab_size <= COARSE_VOCAB or not fixture.context_free:
+        return tokens
+    bands = int(np.clip(math.sqrt(pairs / MIN_EXPECTED), 2, BANDS))
+    p = fixture.target[0]
+    order = np.argsort(-p, kind="stable")
+    band = np.empty(p.size, dtype=np.int64)
+    band[order] = np.minimum((np.cumsum(p[order]) - p[order]) * bands, bands - 1).astype(np.int64)
+    return band[tokens]
 
 
 def independence_rows(run: FixtureRun, rates: Rates) -> dict[int | None, TestResult]:
     """First tokens of rows (same p and q) are independent, within a call and across calls.
 
     Within a call of B rows: every pair of rows (B ≤ PAIRWISE_CALL_ROWS), else the call's
-    whole block at once (every lag) beside lags 1 and B/2 alone; across calls: row i of call c against row i of call c + 1 (a
-    decoder that reseeds from the caller's generator without advancing it repeats itself).
+    whole block at once (every lag) beside lags 1 and B/2 alone; across calls: row i of
+    call c against row i of call c + 1, for every c (a decoder that reseeds from the
+    caller's generator without advancing it repeats itself). Every sub-test is two-sided.
+    On vocabularies above COARSE_VOCAB the tokens are replaced by their band of p₀.
     The false-fail rate is split evenly over the sub-tests.
     """
-    first = run.tokens[:, 0]
     b = run.call_rows
-    calls = first.size // b
+    calls = run.tokens.shape[0] // b
+    first = _coarse(run.tokens[:, 0], run.fixture, calls if b <= PAIRWISE_CALL_ROWS else calls * (b // 2))
     grid = first[: calls * b].reshape(calls, b)
     if b <= PAIRWISE_CALL_ROWS:
         pairs = [(grid[:, i], grid[:, j]) for i in range(b) for j in range(i + 1, b)]
@@ -150,9 +177,10 @@ def independence_rows(run: FixtureRun, rates: Rates) -> dict[int | None, TestRes
         h = b // 2
         pairs = [(grid[:, 0:2 * h:2].ravel(), grid[:, 1:2 * h:2].ravel()),
                  (grid[:, :h].ravel(), grid[:, h:2 * h].ravel())]
-    half = calls // 2
-    if half:
-        pairs.append((grid[0:2 * half:2].ravel(), grid[1:2 * half:2].ravel()))
+    for start in (0, 1):  # every pair of consecutive calls: (0, 1), (2, 3), … and (1, 2), (3, 4), …
+        half = (calls - start) // 2
+        if half:
+            pairs.append((grid[start:start + 2 * half:2].ravel(), grid[start + 1:start + 2 * half:2].ravel()))
     block = b > PAIRWISE_CALL_ROWS and calls > 1
     rate = rates.false_fail / max(len(pairs) + block, 1)
     results = _pairs_tests(pairs, rate, rates)
@@ -278,8 +306,9 @@ CHECKS: dict[str, Check] = {c.name: c for c in [
     Check("pit-ratio", "exactness", _pit("pit_ratio"), lambda f: not f.greedy and f.gamma > 0, _drafted,
           "randomized PIT is uniform with the vocabulary ordered by p/q, where bias concentrates"),
     Check("independence-rows", "exactness", independence_rows, _context_free, _single,
-          "rows do not share random numbers: every pair of rows of a call (or the call's whole block), "
-          "and the same row of consecutive calls"),
+          "rows do not share random numbers and are not negatively dependent (two-sided): every pair of rows "
+          "of a call (or the call's whole block), and the same row of every two consecutive calls; on "
+          "vocabularies above 4,096 the tokens' probability bands"),
     Check("independence-positions", "exactness", independence_positions,
           lambda f: f.context_free and f.gamma >= 1, _single,
           "the token at every position is independent of the token at every earlier position"),

@@ -492,8 +492,10 @@ def independence_test(
     √(min_expected · n) times on its margin, so the smallest product of margins over n
     is ``min_expected``. (Pooling by the common margins instead leaves cells expected
     well under once, and the chi-square tail then fails far more often than declared.)
-    The table goes to ``scipy.stats.chi2_contingency``. A decoder that shares random
-    numbers between rows, or between positions, has correct marginals and fails here.
+    The table goes to ``scipy.stats.chi2_contingency``; the p-value is two-sided. A decoder
+    that shares random numbers between rows, or between positions, has correct marginals and
+    fails here in the upper tail; one whose rows are negatively dependent (stratified
+    uniforms across a call) fails in the lower tail.
     ``min_detectable_tv`` is the TV between the pooled joint distribution and the product
     of its margins that the test detects.
     """
@@ -511,8 +513,13 @@ def independence_test(
     if df == 0:
         return TestResult("independence", 0.0, 1.0, n, false_fail_rate, math.inf, 0, details)
     result = stats.chi2_contingency(table, correction=False)
-    return TestResult("independence", float(result.statistic), float(result.pvalue), n, false_fail_rate,
-                      _chi2_min_tv(n, df, false_fail_rate, false_pass_rate), df, details)
+    statistic = float(result.statistic)
+    # two-sided: too little spread (negatively dependent rows, stratified uniforms) fails as
+    # surely as too much (shared random numbers)
+    pvalue = float(min(1.0, 2 * min(stats.chi2.sf(statistic, df), stats.chi2.cdf(statistic, df))))
+    details["lower_tail"] = float(stats.chi2.cdf(statistic, df))
+    return TestResult("independence", statistic, pvalue, n, false_fail_rate,
+                      _chi2_min_tv(n, df, false_fail_rate / 2, false_pass_rate), df, details)
 
 
 def contingency_table(x: np.ndarray, y: np.ndarray, min_expected: float = MIN_EXPECTED) -> np.ndarray:
