@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from specgauge import validate
+
 from specgauge.errors import ConfigError
 
 ARRIVALS = ("poisson", "gamma", "trace")
@@ -56,19 +58,14 @@ def read_trace(path: str | Path) -> dict[str, np.ndarray]:
     if time_col is None:
         raise ConfigError(f"workload trace {str(path)!r} needs a column arrival_s (or timestamp); has {', '.join(columns)}")
     out: dict[str, np.ndarray] = {}
-    try:
-        out["arrival"] = np.array([float(r[time_col]) for r in rows])
-        for key, names in (("prompt", ("prompt_len", "input_len")), ("output", ("output_len",))):
-            col = next((c for c in names if c in columns), None)
-            if col is not None:
-                out[key] = np.array([int(r[col]) for r in rows], dtype=np.int64)
-    except ValueError as exc:
-        raise ConfigError(f"workload trace {str(path)!r}: {exc}") from None
-    if np.any(~np.isfinite(out["arrival"])) or np.any(out["arrival"] < 0):
-        raise ConfigError(f"workload trace {str(path)!r}: arrival times must be finite and >= 0")
-    for key in ("prompt", "output"):
-        if key in out and np.any(out[key] < 1):
-            raise ConfigError(f"workload trace {str(path)!r}: {key} lengths must be >= 1")
+    # every cell checked where it stands: file, line and column named in one line (line 1 is the header)
+    out["arrival"] = np.array([validate.parse(r[time_col], validate.non_negative, validate.where(path, line, time_col))
+                               for line, r in enumerate(rows, start=2)], dtype=float)
+    for key, names in (("prompt", ("prompt_len", "input_len")), ("output", ("output_len",))):
+        col = next((c for c in names if c in columns), None)
+        if col is not None:
+            out[key] = np.array([validate.parse(r[col], validate.positive_int, validate.where(path, line, col))
+                                 for line, r in enumerate(rows, start=2)], dtype=np.int64)
     return out
 
 

@@ -319,6 +319,16 @@ def check(value: Any, kind: Kind, place: Where) -> Any:
         raise place.error(str(exc)) from None
 
 
+def parse(text: Any, kind: Kind, place: Where) -> Any:
+    """A text cell (CSV, ``key=value``) parsed as ``kind``, its error located at ``place``."""
+    if text is None:
+        raise place.error(f"missing; expected {kind.what}")
+    try:
+        return kind.parse(str(text))
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise place.error(str(exc)) from None
+
+
 def field(mapping: Any, name: str, kind: Kind, place: Where, default: Any = ...) -> Any:
     """The field ``name`` of a table, checked; missing and no ``default``: one-line error."""
     table(mapping, place)

@@ -101,6 +101,10 @@ def load_decoder(spec: str | None = None) -> Decoder:
     except ImportError as exc:
         raise DecoderLoadError(f"cannot import module {module_name!r} for decoder {target!r}: {exc}"
                                + _path_hint(module_name, exc)) from exc
+    except Exception as exc:  # noqa: BLE001 - a user's module may fail to import in any way: one line
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise DecoderLoadError(f"importing module {module_name!r} for decoder {target!r} raised "
+                               f"{type(exc).__name__}: {first}") from exc
     obj: object = module
     for part in attr_path.split("."):
         try:
@@ -117,6 +121,9 @@ def load_decoder(spec: str | None = None) -> Decoder:
             raise DecoderLoadError(f"decoder {target!r} needs a package that is missing: {exc}") from exc
         except TypeError as exc:
             raise DecoderLoadError(f"cannot call {target!r} with no arguments: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - a user's constructor may raise anything: one line
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise DecoderLoadError(f"{target!r}() raised {type(exc).__name__}: {first}") from exc
     if not callable(getattr(obj, "verify", None)):
         raise DecoderLoadError(f"{target!r} gave {type(obj).__name__!r}, which has no verify method")
     return obj  # type: ignore[return-value]
