@@ -131,7 +131,7 @@ def _call_block_test(first: np.ndarray, call_rows: int, rate: float, rates: Rate
     # neighbouring categories grouped until each group expects MIN_EXPECTED per call (half a
     # call's rows when calls are smaller: two groups at least)
     least = min(MIN_EXPECTED, call_rows / 2)
-    groups = max(int(expected.sum() // least), 1)
+    groups = max(int(call_rows // least), 1)  # expected sums to call_rows (up to rounding)
     bins = np.minimum((np.cumsum(expected) - expected) // least, groups - 1).astype(np.int64)[tok]
     call = np.repeat(np.arange(calls), call_rows)
     return independence_test(call, bins, false_fail_rate=rate, false_pass_rate=rates.false_pass, min_expected=0.0)
