@@ -121,6 +121,17 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
             terminalreporter.write_line(f"tree certificate written to {out}")
 
 
+def skip_unless_slow_tier(config, reason: str) -> None:
+    """Skip a slow-tier test unless the run asked for that tier (``--specgauge-slow``, or a
+    ``-m`` expression selecting ``slow``); the default ``pytest`` run stays inside its budget."""
+    import pytest
+
+    markexpr = str(config.getoption("markexpr", "") or "")
+    if config.getoption("specgauge_slow", False) or ("slow" in markexpr and "not slow" not in markexpr):
+        return
+    pytest.skip(f"slow tier ({reason}): run with --specgauge-slow or -m slow")
+
+
 def decoder_spec(config) -> str | None:
     """The decoder asked for: the option, else the environment variable, else None (numpy)."""
     return config.getoption("specgauge_decoder") or os.environ.get(DECODER_ENV) or None
