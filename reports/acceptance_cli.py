@@ -23,7 +23,7 @@ from specgauge.errors import SpecgaugeError
 
 from .acceptance_models import AcceptanceInputError, Loader, Sampling, load_model, split_label
 from .acceptance_prompts import Request, read_requests
-from .console import say
+from .console import say, warn
 
 DEFAULT_GAMMAS = "1,2,3,4,5,6,8"
 
@@ -100,7 +100,21 @@ def _requests(args, tokenizer: str | None) -> list[Request]:
         raise AcceptanceInputError("--prompts is required (only a toy target has a prompt of its own)")
     if args.samples < 1:
         raise AcceptanceInputError(f"--samples must be at least 1, got {args.samples}")
+    if any(r.continuation is not None for r in requests):
+        _check_probe_sampling(args)
     return [r for r in requests for _ in range(args.samples)]
+
+
+def _check_probe_sampling(args) -> None:
+    """A probe's continuations were sampled at the server's settings: say so when they are not these."""
+    from specgauge.stattests.server.probe import read_probe
+
+    params = read_probe(args.prompts).header.get("params", {})
+    ours = {"temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k}
+    differ = [f"{k} {params.get(k)!r} there, {v!r} here" for k, v in ours.items() if params.get(k) != v]
+    if differ:
+        warn("acceptance", f"the probe's continuations were sampled with other settings ({'; '.join(differ)}); "
+                           "α is computed at the settings given here")
 
 
 def _prepare(args):

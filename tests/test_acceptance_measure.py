@@ -180,10 +180,10 @@ def test_cli_writes_traces_csv_and_png_that_plan_replays(tiny, tmp_path, capsys)
     assert pd.read_csv(plan_csv)["acceptance"].str.startswith("replay(acc.jsonl:small").all()
 
 
-def test_probe_continuations_are_reused(tiny, tmp_path):
+def test_probe_continuations_are_reused(tiny, tmp_path, capsys):
     root, target, draft, _ = tiny
     probe = tmp_path / "probe.jsonl"
-    header = {"format": "specgauge-probe/1", "params": {"endpoint": "completions", "max_tokens": 3},
+    header = {"format": "specgauge-probe/1", "params": {"endpoint": "completions", "max_tokens": 3, "temperature": 0.7},
               "prompts": ["alpha bravo charlie"], "capabilities": {}}
     samples = [{"p": 0, "s": 0, "text": "delta echo foxtrot", "token_ids": [4, 5, 6]},
                {"p": 0, "s": 1, "text": "golf hotel india"}]          # no ids: re-tokenised
@@ -194,6 +194,7 @@ def test_probe_continuations_are_reused(tiny, tmp_path):
     records = [json.loads(line) for line in (tmp_path / "a.jsonl").read_text().splitlines()]
     assert [r["generated_token_ids"] for r in records] == [[4, 5, 6], [7, 8, 9]]
     assert {r["continuation"] for r in records} == {"probe"}
+    assert "sampled with other settings (temperature 0.7 there, 1.0 here" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv,message", [
