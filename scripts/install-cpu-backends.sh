@@ -81,11 +81,41 @@ fi
 "$PY" -c 'import sys; assert sys.prefix != sys.base_prefix, "activate a virtual environment first"' \
   || { echo "install-cpu-backends: refusing to install into the system Python; activate a venv" >&2; exit 2; }
 
+LOGS=$(mktemp -d "${TMPDIR:-/tmp}/install-cpu-backends.XXXXXX")
+STEP=0
+
+# pip, quietly: each step's output goes to a log in $LOGS. A real failure (non-zero exit) prints the end of
+# the log and stops the script. pip's resolver complaints after the --no-deps installs
+# ("ERROR: ... vllm 0.33.0 requires X, which is not installed", about a hundred lines, in
+# red, with exit status 0) are expected -- the engines' CUDA dependency trees are left out
+# on purpose -- so they are counted and explained in one line instead.
+pip_install() {
+  local step=$1; shift
+  local status=0
+  STEP=$((STEP + 1))
+  local LOG="$LOGS/step$STEP.log"
+  echo "install-cpu-backends: $step ..."
+  "${PIP[@]}" "$@" >"$LOG" 2>&1 || status=$?
+  if (( status != 0 )); then
+    tail -n 40 "$LOG" >&2
+    echo "install-cpu-backends: FAILED at step '$step': pip exited with status $status (full log: $LOG)" >&2
+    exit "$status"
+  fi
+  local unmet
+  unmet=$(grep -cE "(requires .*, which is not installed|has requirement .*, but you have|but you have .* which is incompatible)" "$LOG" || true)
+  if (( unmet > 0 )); then
+    echo "install-cpu-backends: $step: ok; pip lists $unmet requirements of vllm/sglang/eagle-llm as unmet or" \
+         "mismatched: expected, they are installed with --no-deps to leave out their CUDA builds (list: $LOG)"
+  else
+    echo "install-cpu-backends: $step: ok"
+  fi
+}
+
 start=$(date +%s)
 # 1. torch (CPU, from the machine's disk) and triton, pinned together so neither moves.
-"${PIP[@]}" "$TORCH_PIN" "$TRITON_PIN"
+pip_install "torch and triton" "$TORCH_PIN" "$TRITON_PIN"
 # 2. the engines themselves, without their CUDA dependency trees.
-"${PIP[@]}" --no-deps "$VLLM_PIN" "$SGLANG_PIN" "$EAGLE_PIN"
+pip_install "vllm, sglang and eagle-llm (--no-deps)" --no-deps "$VLLM_PIN" "$SGLANG_PIN" "$EAGLE_PIN"
 # 3. vLLM's pure-Python dependencies, resolved with torch held at its pin. transformers
 #    is kept at whatever is installed (the project's 5.24.0), else the project's pin.
 TRANSFORMERS_PIN=$("$PY" - <<'PYEOF'
@@ -96,6 +126,6 @@ except PackageNotFoundError:
     print("transformers==5.24.0")
 PYEOF
 )
-"${PIP[@]}" "$TORCH_PIN" "$TRITON_PIN" "$TRANSFORMERS_PIN" "${VLLM_DEPS[@]}"
+pip_install "vLLM's pure-Python dependencies" "$TORCH_PIN" "$TRITON_PIN" "$TRANSFORMERS_PIN" "${VLLM_DEPS[@]}"
 echo "install-cpu-backends: installed in $(( $(date +%s) - start )) s"
 check
