@@ -198,7 +198,7 @@ def _tail_bands(counts: np.ndarray, probs: np.ndarray) -> list[tuple[float, floa
     return out
 
 
-def count_points(run, sequence: bool) -> tuple[list[tuple[int | str, np.ndarray, np.ndarray]], list[tuple]]:
+def count_points(run, sequence: bool) -> tuple[list[tuple[str, np.ndarray, np.ndarray]], list[tuple]]:
     """The chi-square bins (per position, or of whole sequences) and the tail bands."""
     if sequence:
         from specgauge.stattests.chain.sequences import sequence_counts
@@ -213,9 +213,10 @@ def count_points(run, sequence: bool) -> tuple[list[tuple[int | str, np.ndarray,
         if counts.sum() == 0:
             continue
         exp, obs = _binned(counts, fixture.target[k])
-        bins.append((k, exp, obs))
+        name = "bonus" if k == fixture.gamma else f"pos{k}"  # as the certificate names positions
+        bins.append((name, exp, obs))
         if fixture.vocab_size >= 64:
-            tails.extend((k, *band) for band in _tail_bands(counts, fixture.target[k]))
+            tails.extend((name, *band) for band in _tail_bands(counts, fixture.target[k]))
     return bins, tails
 
 
@@ -236,16 +237,18 @@ def counts_panel(ax, run, sequence: bool) -> None:
                     zorder=0, label=f"1 ± {z:.1f}/√expected, {1 - BAND_FALSE_FAIL:.1%} band")
     ax.axhline(1.0, color="k", lw=0.8)
     outside_total = 0
-    for (label, exp, obs), color in zip(bins, plt_colors(len(bins))):
+    colors = dict(zip((label for label, _, _ in bins), plt_colors(len(bins))))
+    for label, exp, obs in bins:
+        color = colors[label]
         outside = np.abs(obs - exp) > z * np.sqrt(exp)
         outside_total += int(outside.sum())
         ax.scatter(exp, obs / exp, s=14, color=color, edgecolors=np.where(outside, "tab:red", "none"),
-                   linewidths=1.2, label="sequences (pooled bins)" if label == "sequences" else f"position {label}")
+                   linewidths=1.2, label="sequences (pooled bins)" if label == "sequences" else label)
     for k, mean, observed, sd in tails:
         outside = abs(observed - mean) > z * sd
         outside_total += int(outside)
-        ax.errorbar(mean, observed / mean, yerr=z * sd / mean, fmt="^", ms=6, capsize=2,
-                    color="tab:red" if outside else "0.2")
+        ax.errorbar(mean, observed / mean, yerr=z * sd / mean, fmt="^", ms=7, capsize=2, color=colors[k],
+                    mec="tab:red" if outside else "0.2", ecolor="tab:red" if outside else "0.2")
     if tails:
         ax.plot([], [], "^", color="0.2", label="tail band: equal pairs of rare tokens")
     ax.set_xscale("log")
@@ -257,10 +260,11 @@ def counts_panel(ax, run, sequence: bool) -> None:
 
 
 def plt_colors(n: int) -> list:
+    """One colour per position (tab10: distinct on white, red excepted, which marks failures)."""
     from matplotlib import colormaps
 
-    cmap = colormaps["viridis"]
-    return [cmap(i / max(n - 1, 1)) for i in range(n)]
+    palette = [c for i, c in enumerate(colormaps["tab10"].colors) if i != 3]
+    return [palette[i % len(palette)] for i in range(n)]
 
 
 def acceptance_by_position(lengths: np.ndarray, alpha: np.ndarray) -> pd.DataFrame:
