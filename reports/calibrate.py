@@ -39,7 +39,7 @@ from scipy.optimize import nnls
 from specgauge.csvio import write_csv_atomic
 from specgauge.errors import InputFileError
 from specgauge.simulator.cost import PassCost
-from specgauge.simulator.drafts import build_draft, draft_kind
+from specgauge.simulator.drafts import draft_kind
 from specgauge.simulator.fit import Equation, StepModelFit, fit_step_model, latency_equation, step_equation, tpot_equation
 from specgauge.simulator.profiles import GPU, Model, load_gpu, load_model, step_key
 
@@ -200,12 +200,11 @@ class SpecRun:
     concurrency: float
     gamma: int
     extra_s: float
-    prior_s: float
 
 
-def spec_run(fit: StepModelFit, data: dict[str, Any], where: str, draft: str, *, gpu: GPU, model: Model, tp: int,
+def spec_run(fit: StepModelFit, data: dict[str, Any], where: str, draft: str, *, model: Model,
              profiles: str | None) -> SpecRun:
-    """What a speculative round cost beyond its verify pass, and what the proposer's prior says it costs."""
+    """What a speculative round cost beyond its verify pass."""
     concurrency, input_len, output_len, tpot = check_serve_result(data, where)
     accepted_length = _number(data, "spec_decode_acceptance_length", where)
     gamma = _spec_gamma(data, where)
@@ -213,10 +212,7 @@ def spec_run(fit: StepModelFit, data: dict[str, Any], where: str, draft: str, *,
     verify = float(fit.predict(concurrency * (gamma + 1), kv))
     kind = draft_kind(draft)
     proposer = load_model(draft, profiles).name if kind == "model" else f"{kind}:{model.name}"
-    built = build_draft(draft, gpu=gpu, target=model, target_cost=fit.cost, tp=tp, draft_tp=None, profiles=None,
-                        ratio=None)
-    prior = float(built.cost.round(concurrency, gamma, gamma, kv, verify)) if built is not None else 0.0
-    return SpecRun(where, kind, proposer, concurrency, gamma, tpot * accepted_length - verify, prior)
+    return SpecRun(where, kind, proposer, concurrency, gamma, tpot * accepted_length - verify)
 
 
 def split_speculation(runs: list[SpecRun]) -> tuple[float | None, dict[str, tuple[float, float]], str]:
@@ -327,8 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     if not equations:
         raise CalibrateError("nothing to fit: give --steps, --latency or --serve files without speculation")
     fit = fit_step_model(equations, calibration_prior(gpu, model, args.tp))
-    runs = [spec_run(fit, data, where, draft, gpu=gpu, model=model, tp=args.tp, profiles=args.profiles)
-            for data, where, draft in speculative]
+    runs = [spec_run(fit, data, where, draft, model=model, profiles=args.profiles) for data, where, draft in speculative]
     spec_overhead, proposers, split_note = split_speculation(runs)
     sources = ", ".join(sorted({label.split(" ")[0].split(":")[0] for label in fit.labels}))
     key = step_key(model.name, gpu.name, args.tp)

@@ -24,7 +24,7 @@ import numpy as np
 from scipy.optimize import least_squares, nnls
 
 from specgauge.errors import ConfigError
-from specgauge.simulator.cost import PassCost, blend
+from specgauge.simulator.cost import PassCost
 
 KNEES = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, math.inf)
 NAMES = ("c_fixed", "c_weight", "c_token", "c_kv")

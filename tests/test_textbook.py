@@ -22,7 +22,6 @@ from importlib.resources import files
 from specgauge.laws import tokens_per_pass
 from specgauge.simulator import IIDAcceptance, SimulationConfig, simulate
 from specgauge.simulator.core import prepare
-from specgauge.simulator.cost import RoundCost
 from specgauge.simulator.drafts import RatioDraft
 
 ALPHAS = (0.1, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
