@@ -187,7 +187,7 @@ class HFLaw:
             raise AcceptanceInputError(f"--dtype {dtype!r} is not a torch dtype (float32, bfloat16, float16)")
         try:
             model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device).eval()
-        except (OSError, ValueError, RuntimeError) as exc:
+        except (OSError, ValueError, RuntimeError, AssertionError) as exc:  # torch without CUDA asserts
             raise AcceptanceInputError(f"cannot load {path!r} on {device}: {str(exc).splitlines()[0]}") from None
         return cls(path, sampling, name, device, dtype, batch_size, threads, model)
 
