@@ -9,8 +9,9 @@ The point is to calibrate a plan on measured numbers. Four spellings:
 * ``NAME``: a profile from ``fixtures/workloads/acceptance_profiles.json``,
   each with the workload and publication it was measured on;
 * ``PATH.jsonl[:METHOD]``: per-request acceptance traces replayed request by request
-  (SpecDecode-Bench's profiled traces, METHOD ``eagle`` or ``ngram``, or per-step counts;
-  see ``specgauge.simulator.replay``);
+  (SpecDecode-Bench's profiled traces, METHOD ``eagle`` or ``ngram``; the traces
+  ``specgauge acceptance`` writes, METHOD a draft's label; or per-step counts; see
+  ``specgauge.simulator.replay``);
 * ``PATH.json``: what ``vllm bench serve --save-result`` writes. vLLM's
   ``spec_decode_per_position_acceptance_rates`` are *unconditional* (accepted at position
   k over drafts, i.e. Π_{i≤k} α_i), so they are turned into conditional rates by dividing
