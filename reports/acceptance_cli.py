@@ -154,10 +154,10 @@ def _prepare(args):
     return target_csv, target, drafts, requests, gammas, run_gammas, plan
 
 
-def _bar(total: int, desc: str, off: bool):
+def _bar(total: int, desc: str, off: bool, unit: str = "req"):
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=desc, unit="req", disable=off, leave=False)
+    return tqdm(total=total, desc=desc, unit=unit, disable=off, leave=False)
 
 
 def _run(args, target, drafts, requests, run_gammas) -> dict:
@@ -166,7 +166,7 @@ def _run(args, target, drafts, requests, run_gammas) -> dict:
     measured = {}
     for draft in drafts:
         for gamma in run_gammas:
-            with _bar(len(requests) * args.max_new_tokens, f"run {draft.name} γ={gamma}", args.no_progress) as bar:
+            with _bar(len(requests) * args.max_new_tokens, f"run {draft.name} γ={gamma}", args.no_progress, "tok") as bar:
                 measured[(draft.name, gamma)] = run_speculative(
                     target, draft, [r.prompt for r in requests], length=args.max_new_tokens, gamma=gamma,
                     seed=args.seed, progress=lambda n: bar.update(n))

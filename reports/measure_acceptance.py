@@ -312,9 +312,10 @@ def run_speculative(target: LawModel, draft: LawModel | NgramProposer, prompts: 
             else:
                 tokens = np.stack([drafts[r] for r in rows])
                 emitted = check_emitted(decoder.verify(p, q[rows, :g], tokens.copy(), verify_rng), tokens, vocab)
-            for i, row, n in zip(ids, emitted, emitted_lengths(emitted)):
+            counts = emitted_lengths(emitted)
+            for i, row, n in zip(ids, emitted, counts):
                 seqs[i] = np.concatenate([seqs[i], row[:n]])
                 rounds[i].append(int(n))
-        if progress is not None:
-            progress(len(active))
+            if progress is not None:
+                progress(int(counts.sum()))
     return [np.asarray(r, np.int64) for r in rounds]
