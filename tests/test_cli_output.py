@@ -61,7 +61,7 @@ def test_simulate_csv_has_a_sidecar_and_the_same_seed_gives_the_same_bytes(tmp_p
 def test_certify_csv_that_cannot_be_written_is_one_line_before_certifying(tmp_path, capsys, monkeypatch, where):
     import specgauge.reports.certify as cert
 
-    monkeypatch.setattr(cert, "certify", lambda *a, **k: pytest.fail("certified before checking the output path"))
+    monkeypatch.setattr(cert, "certification", lambda *a, **k: pytest.fail("certified before checking the output path"))
     path = {"directory": tmp_path, "missing": tmp_path / "nope" / "c.csv"}.get(where)
     if path is None:
         path = _read_only_folder(tmp_path) / "c.csv"
