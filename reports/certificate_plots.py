@@ -34,6 +34,8 @@ from specgauge.reports.plots import _png, _pyplot, _save
 BAND_FALSE_FAIL = 1e-3
 #: Bins of the PIT histograms.
 PIT_BINS = 20
+#: Observed / expected above this is drawn at it: the band near 1 stays readable.
+RATIO_CAP = 3.0
 #: Resolution of the PNGs: six panels stay legible, and a figure stays near 100 kB.
 DPI = 100
 #: Lines of failing assertions listed in the text panel.
@@ -231,29 +233,32 @@ def counts_panel(ax, run, sequence: bool) -> None:
         return
     bins, tails = count_points(run, sequence)
     z = _z(sum(e.size for _, e, _ in bins) + len(tails))
-    top = max([e.max() for _, e, _ in bins] + [t[1] for t in tails] + [100.0]) * 2
-    grid = np.geomspace(5.0, top, 100)
+    right = max([e.max() for _, e, _ in bins] + [t[1] for t in tails] + [100.0]) * 2
+    grid = np.geomspace(5.0, right, 100)
     ax.fill_between(grid, np.maximum(1 - z / np.sqrt(grid), 0), 1 + z / np.sqrt(grid), color="0.5", alpha=0.3,
                     zorder=0, label=f"1 ± {z:.1f}/√expected, {1 - BAND_FALSE_FAIL:.1%} band")
     ax.axhline(1.0, color="k", lw=0.8)
     outside_total = 0
+    ratios = [obs / exp for _, exp, obs in bins] + [np.array([t[2] / t[1]]) for t in tails]
+    top = min(max(2.0, 1.1 * max(float(r.max()) for r in ratios)), RATIO_CAP)
     colors = dict(zip((label for label, _, _ in bins), plt_colors(len(bins))))
     for label, exp, obs in bins:
         color = colors[label]
         outside = np.abs(obs - exp) > z * np.sqrt(exp)
         outside_total += int(outside.sum())
-        ax.scatter(exp, obs / exp, s=14, color=color, edgecolors=np.where(outside, "tab:red", "none"),
+        ax.scatter(exp, np.minimum(obs / exp, top), s=14, color=color, edgecolors=np.where(outside, "tab:red", "none"),
                    linewidths=1.2, label="sequences (pooled bins)" if label == "sequences" else label)
     for k, mean, observed, sd in tails:
         outside = abs(observed - mean) > z * sd
         outside_total += int(outside)
-        ax.errorbar(mean, observed / mean, yerr=z * sd / mean, fmt="^", ms=7, capsize=2, color=colors[k],
+        ax.errorbar(mean, min(observed / mean, top), yerr=z * sd / mean, fmt="^", ms=7, capsize=2, color=colors[k],
                     mec="tab:red" if outside else "0.2", ecolor="tab:red" if outside else "0.2")
     if tails:
         ax.plot([], [], "^", color="0.2", label="tail band: equal pairs of rare tokens")
     ax.set_xscale("log")
     ax.set_xlabel("expected (chi-square bin: draws; tail band: equal pairs)")
-    ax.set_ylabel("observed / expected")
+    ax.set_ylim(0, top * 1.05)
+    ax.set_ylabel("observed / expected" + (f" (clipped at {top:g})" if top == RATIO_CAP else ""))
     note = f"{outside_total} outside the band" if outside_total else "all inside the band"
     ax.set_title(f"{title}\n{note}", fontsize=10, color="tab:red" if outside_total else "black")
     ax.legend(fontsize=7, loc="upper right", ncol=2 if len(bins) > 5 else 1)
