@@ -18,7 +18,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from specgauge.errors import ConfigError, SpecgaugeError
+from specgauge import validate
+from specgauge.errors import SpecgaugeError, UsageError
 from specgauge.simulator import SimulationConfig
 from specgauge.simulator.acceptance import AcceptanceModel
 
@@ -52,8 +53,12 @@ def _parser_for(hint: Any) -> Callable[[str], Any]:
         (inner,) = [a for a in args if a is not type(None)]
         cast = _parser_for(inner)
         return lambda text: None if text.strip().lower() in _NONE_WORDS else cast(text)
-    if hint in (int, float, str):
-        return hint
+    if hint is int:
+        return validate.Integer()  # the range is SimulationConfig's to check, with the field's name
+    if hint is float:
+        return validate.finite
+    if hint is str:
+        return str
     raise TypeError(f"no command-line parser for {hint!r}; give the field metadata parse=...")
 
 
@@ -105,10 +110,11 @@ def _values(args: argparse.Namespace, opt: Option, sweep: bool) -> list[Any]:
             values.append(opt.parse(item))
         except SpecgaugeError:
             raise
-        except ValueError:
-            raise ConfigError(f"invalid value {item!r} for {opt.flag}") from None
+        except (ValueError, argparse.ArgumentTypeError) as exc:
+            reason = str(exc) if isinstance(exc, argparse.ArgumentTypeError) else ""
+            raise UsageError(f"invalid value {item!r} for {opt.flag}" + (f": {reason}" if reason else "")) from None
     if len(set(map(repr, values))) != len(values):
-        raise ConfigError(f"{opt.flag} lists a value twice: {raw!r}")
+        raise UsageError(f"{opt.flag} lists a value twice: {raw!r}")
     return values
 
 

@@ -32,7 +32,7 @@ def test_help_lists_every_known_name_units_and_defaults():
 def test_a_value_of_the_wrong_type_names_its_flag(flag, value, capsys):
     from specgauge.reports.cli import main
 
-    assert main(["simulate", flag, value]) == 1
+    assert main(["simulate", flag, value]) == 2  # a usage error
     err = capsys.readouterr().err.strip()
     assert f"invalid value {value!r} for {flag}" in err and "\n" not in err
 

@@ -8,6 +8,7 @@ import pytest
 
 from specgauge.reports.cli import main as cli_main
 from specgauge.reports.options import add_simulation_options, configs_from_args
+from specgauge.errors import UsageError
 from specgauge.simulator import (ConfigError, IIDAcceptance, PerRequestAcceptance, SimulationConfig, known_gpus, known_models,
                        load_gpu, load_model, simulate)
 
@@ -57,7 +58,7 @@ def test_single_config_and_sweep_product():
     assert all(c.draft is None for c in many)
     override = configs_from_args(_parse(["--alpha", "0.3"], sweep=True), acceptance=PerRequestAcceptance(2, 2))
     assert [c.acceptance for c in override] == [PerRequestAcceptance(2, 2)]
-    with pytest.raises(ConfigError, match="--gamma"):
+    with pytest.raises(UsageError, match="--gamma"):  # a usage error: exit status 2
         configs_from_args(_parse(["--gamma", "two"], sweep=True))
 
 
