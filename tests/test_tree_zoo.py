@@ -22,7 +22,31 @@ def test_tree_mutant_fails_its_declared_checks(name):
     failed = cert.failed_checks
     missing = set(mutant.expected_failed_checks) - failed
     assert not missing, f"{name}: declared checks {sorted(missing)} did not fail; failed: {sorted(failed)}"
-    assert not cert.verdicts["exact"]
+    if not getattr(mutant, "end_to_end", None):  # else exactness fails end to end (the test below)
+        assert not cert.verdicts["exact"]
+
+
+END_TO_END = [name for name, cls in TREE_ZOO.items() if getattr(cls, "end_to_end", None)]
+
+
+@pytest.mark.parametrize("name", END_TO_END)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_tree_mutant_fails_the_end_to_end_joint_law(name, seed):
+    """Whole generations with the tree drafted every round (the joint-law rows of the tree
+    certificate): the worst-case identity test rejects the mutant's sequences."""
+    from specgauge.fixtures.toy_lm import load_toy_lm
+    from specgauge.fixtures.trees import TREE_FIXTURES
+    from specgauge.stattests.chain.sequences import sequence_counts, sequence_distribution
+    from specgauge.stattests.core.identity import identity_test
+    from specgauge.stattests.tree.generate import speculative_tree_generate
+
+    pair = load_toy_lm("bigram-v5-sparse")
+    exact = sequence_distribution(pair.target, pair.prompt, 3)
+    result = speculative_tree_generate(pair.target, pair.draft, pair.prompt, TREE_ZOO[name](),
+                                       parents=TREE_FIXTURES["eagle-choices"].parents, new_tokens=3,
+                                       num_sequences=20_000, rng=np.random.default_rng(seed))
+    outcome = identity_test(sequence_counts(result.tokens, pair.vocab_size), exact, false_fail_rate=1e-7)
+    assert not outcome.passed, outcome.describe()
 
 
 def _chain_verdict(cls) -> bool:

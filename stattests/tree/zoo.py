@@ -167,9 +167,36 @@ class RelaxedThresholds(TopKCoinDecoder):
         super().__init__(threshold_single=0.5, threshold_acc=0.5)
 
 
+class DuplicateSiblingsSkipped(TreeVerifier):
+    """A sibling that repeats an earlier sibling's token is skipped without updating the residual.
+
+    From specgauge issue 17's audit, marked plausible: i.i.d. siblings repeat tokens, and a
+    verifier that dedupes them ("already rejected, no need to check again") skips the
+    round, so the residual keeps the draft mass that round would have removed: the
+    correction over-weights tokens q favours. The per-depth checks see the bias when it is
+    large enough (not at the default tree tier: only the law fails there); the end-to-end
+    joint law of whole generations sees it.
+    """
+
+    name, scheme, rule = "duplicates-skipped", "iid", "iid"
+    expected_failed_checks = {
+        "law": "a skipped round neither accepts nor updates: the accepted length falls short of the law",
+    }
+    #: caught end to end: the joint law of whole generations (``stattests/test_trees.py``), whose
+    #: rows join the tree certificate, so ``pytest stattests`` reads "exact: NO"
+    end_to_end = {"generation-joint-law": "the residual is one update short after a duplicate: "
+                                          "the generated sequences are not ~ the target's law"}
+
+    def select(self, p, q, siblings, u):
+        repeated = np.zeros(siblings.shape, dtype=bool)
+        for j in range(1, siblings.shape[1]):
+            repeated[:, j] = (siblings[:, :j] == siblings[:, j : j + 1]).any(axis=1) & (siblings[:, j] >= 0)
+        return super().select(p, q, np.where(repeated, -1, siblings), u)
+
+
 TREE_ZOO: dict[str, type[TreeVerifier]] = {cls.name: cls for cls in [
     TopKVerifiedWithDraftProbability, ResidualNotUpdated, WithoutReplacementAsIid, SharedSiblingUniform,
-    BonusFromWrongNode, LongestMatch, RelaxedThresholds,
+    BonusFromWrongNode, LongestMatch, RelaxedThresholds, DuplicateSiblingsSkipped,
 ]}
 
 
