@@ -261,7 +261,7 @@ def counts_panel(ax, run, sequence: bool) -> None:
     ax.set_ylabel("observed / expected" + (f" (clipped at {top:g})" if top == RATIO_CAP else ""))
     note = f"{outside_total} outside the band" if outside_total else "all inside the band"
     ax.set_title(f"{title}\n{note}", fontsize=10, color="tab:red" if outside_total else "black")
-    ax.legend(fontsize=7, loc="upper right", ncol=2 if len(bins) > 5 else 1)
+    ax.legend(fontsize=7, loc="lower left", ncol=2 if len(bins) > 5 else 1, framealpha=0.9)
 
 
 def plt_colors(n: int) -> list:
