@@ -203,48 +203,50 @@ class CommaList(Kind):
 
 
 @dataclass(frozen=True)
-class InputFile(Kind):
-    """A path to an existing file (not a folder), optionally with one of ``suffixes``."""
+class _PathKind(Kind):
+    """A path, optionally with one of ``suffixes``; never empty, never a folder."""
 
     suffixes: tuple[str, ...] = ()
+    noun = "a path"
 
     @property
     def what(self) -> str:  # type: ignore[override]
-        return "an existing file" + (f" ({' or '.join(self.suffixes)})" if self.suffixes else "")
+        return self.noun + (f" ({' or '.join(self.suffixes)})" if self.suffixes else "")
 
-    def check(self, value: Any) -> Path:
-        path = Path(str(value))
+    def path(self, value: Any) -> Path:
         if not str(value).strip():
             raise ValueError(f"expected {self.what}, got an empty path")
+        path = Path(str(value))
         if path.is_dir():
             raise ValueError(f"{str(path)!r} is a folder; expected {self.what}")
-        if not path.is_file():
-            raise ValueError(f"{str(path)!r} does not exist; expected {self.what}")
         if self.suffixes and path.suffix.lower() not in self.suffixes:
-            raise ValueError(f"{str(path)!r} is not {' or '.join(self.suffixes)}")
+            raise ValueError(f"expected {self.what}, got {str(path)!r}")
         return path
 
 
 @dataclass(frozen=True)
-class OutputPath(Kind):
-    """A file to write: its folder exists and it is not itself a folder (checked before any work)."""
+class InputFile(_PathKind):
+    """A path to an existing file (not a folder)."""
 
-    suffixes: tuple[str, ...] = ()
-
-    @property
-    def what(self) -> str:  # type: ignore[override]
-        return "a file path in an existing folder" + (f" ({' or '.join(self.suffixes)})" if self.suffixes else "")
+    noun = "an existing file"
 
     def check(self, value: Any) -> Path:
-        path = Path(str(value))
-        if not str(value).strip():
-            raise ValueError(f"expected {self.what}, got an empty path")
-        if path.is_dir():
-            raise ValueError(f"{str(path)!r} is a folder; name a file inside it")
+        path = self.path(value)
+        if not path.is_file():
+            raise ValueError(f"{str(path)!r} does not exist; expected {self.what}")
+        return path
+
+
+@dataclass(frozen=True)
+class OutputPath(_PathKind):
+    """A file to write: its folder exists and it is not itself a folder (checked before any work)."""
+
+    noun = "a file path in an existing folder"
+
+    def check(self, value: Any) -> Path:
+        path = self.path(value)
         if not path.parent.is_dir():
             raise ValueError(f"cannot write {str(path)!r}: folder {str(path.parent)!r} does not exist")
-        if self.suffixes and path.suffix.lower() not in self.suffixes:
-            raise ValueError(f"expected {self.what}, got {str(path)!r}")
         return path
 
 

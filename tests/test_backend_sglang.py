@@ -19,7 +19,7 @@ import time
 import numpy as np
 import pytest
 
-from specgauge.stattests.decoders.adapter_checks import (all_zero_residual_output, assert_declared_resolution,
+from specgauge.stattests.decoders.adapter_checks import (all_zero_residual_output, assert_exact_and_optimal,
                                       check_inputs_untouched_and_reproducible, check_vocabulary_beyond_tile,
                                       check_zero_probability_never_emitted, seed_example_tokens_per_pass)
 from specgauge.stattests.core.contract import load_decoder
@@ -188,25 +188,16 @@ def test_all_zero_residual_emits_a_possible_token(any_decoder, vocab):
 DEFAULT_FIXTURES = ["seed-six-token"]
 
 
-def _certify_classic(decoder, fixtures):
-    cert = _certify(decoder, fixtures=fixtures)
-    assert cert.verdicts["exact"], cert.summary()
-    assert cert.verdicts["optimal_acceptance"], cert.summary()
-    assert cert.passed
-    if CERT_TV is None:
-        assert_declared_resolution(cert, decoder)
-
-
 def test_certify_classic_mode(classic_decoder):
     """Exact, and acceptance = 1 − TV with tokens per pass on the law (the six-token fixture)."""
-    _certify_classic(classic_decoder, DEFAULT_FIXTURES)
+    assert_exact_and_optimal(_certify(classic_decoder, fixtures=DEFAULT_FIXTURES), classic_decoder, CERT_TV is None)
 
 
 @pytest.mark.slow
 def test_certify_classic_mode_every_fixture(classic_decoder, request):
     """The same on the position-dependent and heterogeneous fixtures too (several minutes)."""
     skip_unless_slow_tier(request.config, "SGLang's certification on every fixture")
-    _certify_classic(classic_decoder, FIXTURES)
+    assert_exact_and_optimal(_certify(classic_decoder), classic_decoder, CERT_TV is None)
 
 
 @pytest.mark.slow

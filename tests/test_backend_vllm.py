@@ -18,7 +18,7 @@ import time
 import numpy as np
 import pytest
 
-from specgauge.stattests.decoders.adapter_checks import (all_zero_residual_output, assert_declared_resolution, batch,
+from specgauge.stattests.decoders.adapter_checks import (all_zero_residual_output, assert_exact_and_optimal, batch,
                                       check_inputs_untouched_and_reproducible, check_vocabulary_beyond_tile,
                                       check_zero_probability_never_emitted, seed_example_tokens_per_pass)
 from specgauge.fixtures.pairs import SEED_DRAFT, SEED_TARGET
@@ -226,25 +226,16 @@ def test_top_k_top_p_sample_expected_target():
 DEFAULT_FIXTURES = ["seed-six-token"]
 
 
-def _certify_probabilistic(decoder, fixtures):
-    cert = _certify(decoder, fixtures=fixtures)
-    assert cert.verdicts["exact"], cert.summary()
-    assert cert.verdicts["optimal_acceptance"], cert.summary()
-    assert cert.passed
-    if CERT_TV is None:
-        assert_declared_resolution(cert, decoder)
-
-
 def test_certify_probabilistic_mode(vllm_decoder):
     """Exact, and acceptance = 1 − TV with tokens per pass on the law (the six-token fixture)."""
-    _certify_probabilistic(vllm_decoder, DEFAULT_FIXTURES)
+    assert_exact_and_optimal(_certify(vllm_decoder, fixtures=DEFAULT_FIXTURES), vllm_decoder, CERT_TV is None)
 
 
 @pytest.mark.slow
 def test_certify_probabilistic_mode_every_fixture(vllm_decoder, request):
     """The same on the position-dependent and heterogeneous fixtures too (several minutes)."""
     skip_unless_slow_tier(request.config, "vLLM's certification on every fixture")
-    _certify_probabilistic(vllm_decoder, FIXTURES)
+    assert_exact_and_optimal(_certify(vllm_decoder), vllm_decoder, CERT_TV is None)
 
 
 def test_certify_one_hot_mode(onehot_decoder, request):

@@ -104,3 +104,13 @@ def assert_declared_resolution(cert, decoder: Decoder) -> None:
             assert tv <= finer[fixture], f"{fixture}: detectable TV {tv:.3g}, declared {finer[fixture]:g}"
         elif finer:
             assert tv > max(finer.values()), f"{fixture}: detectable TV {tv:.3g} finer than declared"
+
+
+def assert_exact_and_optimal(cert, decoder: Decoder, declared: bool) -> None:
+    """Exact, acceptance 1 − TV and tokens per pass on the law; with ``declared``, at the TVs
+    the decoder declares (see :func:`assert_declared_resolution`)."""
+    assert cert.verdicts["exact"], cert.summary()
+    assert cert.verdicts["optimal_acceptance"], cert.summary()
+    assert cert.passed
+    if declared:
+        assert_declared_resolution(cert, decoder)
