@@ -29,7 +29,8 @@ TV = 0.03
 SEED = 20261
 FIXTURES = ("seed-six-token", "position-dependent", "heterogeneous", "batch8-g8")
 #: Fixtures a mutant needs beyond FIXTURES (its bug lives on large vocabularies, say).
-EXTRA = {"alternating-tail-bias": ("zipf-32k-tv0.2",)}
+EXTRA = {"alternating-tail-bias": ("zipf-32k-tv0.2",), "large-vocab-bonus-from-q": ("zipf-32k-g4-tv0.2",),
+         "stratified-rows": ("disjoint",), "band-tail-permutation": ("zipf-1k-tv0.2",)}
 CONFIG = CertConfig(tv=TV, seed=SEED)
 ALL_EXTRA = tuple(sorted({f for extra in EXTRA.values() for f in extra}))
 

@@ -22,11 +22,14 @@ from specgauge.stattests.core.certificate import (  # noqa: F401  (re-exported: 
     record, verdict)
 from specgauge.stattests.core.contract import Decoder, decoder_name, load_decoder
 from specgauge.stattests.chain.harness import FixtureRun, RunConfig, rows_for, run_fixture
+from specgauge.stattests.core.identity import min_num_samples_for_identity_test
 from specgauge.stattests.chain.sequences import SEQUENCE_CASES, SequenceCase, SequenceRun, run_sequence_case, sequence_sample_size
 from specgauge.stattests.core.statistics import (TestResult, itemwise_error_rate, min_num_samples_for_goodness_of_fit,
                          min_num_samples_for_ks_uniformity)
 
 DEFAULT_TV = 0.005
+#: Up to this vocabulary the rows are sized for the identity test's worst-case TV too.
+IDENTITY_SIZED_VOCAB = 4096
 #: Every fixture of the plan: distribution pairs and whole-sequence cases.
 ALL_FIXTURES: dict[str, PairFixture | SequenceCase] = {**FIXTURES, **SEQUENCE_CASES}
 
@@ -130,6 +133,9 @@ class CertConfig:
         if fixture.context_free:
             needed = max(needed, *(min_num_samples_for_goodness_of_fit(
                 tv, p, false_fail_rate=rate, false_pass_rate=self.false_pass) for p in fixture.target))
+            if fixture.vocab_size <= IDENTITY_SIZED_VOCAB:  # wider ones reach their byte budget first
+                needed = max(needed, *(min_num_samples_for_identity_test(
+                    tv, p, false_fail_rate=rate, false_pass_rate=self.false_pass) for p in fixture.target[:1]))
         # the slow tier streams in bounded memory (chunk_bytes a call): time-bound, not memory-bound
         max_bytes = 2**62 if fixture.slow else self.max_bytes
         return rows_for(fixture, needed, self.max_rows, max_bytes)

@@ -497,6 +497,121 @@ class PermutedInverseCdf(_FinalDraw):
         return vocab_order[sample_rows_at(dist[:, vocab_order], u)]
 
 
+class BonusFromPositionFour(_Mutant):
+    """The bonus read from a buffer sized for four drafts: at γ ≥ 5 the bonus uses row 4 of p.
+
+    From specgauge issue 17's audit, marked plausible (no public report found): engines size
+    per-step buffers for their common draft length and index the bonus row by
+    min(γ, 4). With the same p at every position it has TV 0; the position-varying
+    small-batch fixtures (γ 5 to 8, p rolled by one id per position) show it.
+    """
+
+    name = "bonus-from-position-4"
+    buffer = 4
+    expected_failed_checks = {
+        "exactness": "at γ ≥ 5 the bonus follows p_4, not p_γ",
+        "identity": "the bonus position's law is p_4's, far from p_γ in every direction",
+    }
+
+    def verify(self, target_probs, draft_probs, draft_tokens, rng):
+        target = np.array(target_probs)
+        if draft_tokens.shape[1] > self.buffer:
+            target[:, -1] = target_probs[:, self.buffer]
+        return leviathan_verify(target, draft_probs, draft_tokens, rng.random(draft_tokens.shape), rng)
+
+
+class LargeVocabBonusFromDraft(_Mutant):
+    """The bonus drawn from q on the large-vocabulary multi-draft path (V > 4096, γ ≥ 2).
+
+    From specgauge issue 17's audit, marked plausible: issue 2's bonus-from-q (the
+    wrong-logits-slice bugs of TensorRT-LLM PR #15098) confined to the path a 152k
+    vocabulary at γ = 5 takes, which no fixture ran before (large vocabularies ran at γ = 1).
+    """
+
+    name = "large-vocab-bonus-from-q"
+    min_vocab = 4097
+    expected_failed_checks = {
+        "identity": "on the 32k and 152k fixtures (γ 4, 5) the bonus follows q_{γ-1}, not p_γ",
+    }
+
+    def verify(self, target_probs, draft_probs, draft_tokens, rng):
+        target = np.array(target_probs)
+        if target.shape[-1] >= self.min_vocab and draft_tokens.shape[1] >= 2:
+            target[:, -1] = draft_probs[:, -1]
+        return leviathan_verify(target, draft_probs, draft_tokens, rng.random(draft_tokens.shape), rng)
+
+
+class StratifiedRows(_Mutant):
+    """The rows of a call share one stratified set of uniforms: exact marginals, negatively dependent rows.
+
+    From specgauge issue 17's audit, marked plausible: a variance-reduction idea (one
+    Latin-hypercube draw per call, row i taking stratum σ(i)) that keeps every row's law
+    and breaks independence between rows: a call's token counts are under-dispersed. The
+    two-sided independence tests see it.
+    """
+
+    name = "stratified-rows"
+    expected_failed_checks = {
+        "independence-rows": "a call's rows are negatively dependent: its table is under-dispersed (lower tail)",
+    }
+
+    def verify(self, target_probs, draft_probs, draft_tokens, rng):
+        batch, gamma = draft_tokens.shape
+        strata = np.argsort(rng.random((gamma + 1, batch)), axis=1).T  # [B, γ+1]: a permutation per column
+        u = (strata + rng.random((batch, gamma + 1))) / batch
+        return _rule(target_probs, draft_probs, draft_tokens, u[:, :gamma], u[:, gamma])
+
+
+class BandPreservingTailPermutation(_FinalDraw, _Mutant):
+    """Rare tokens emitted as another token of the same probability band: each band's mass
+    and collision rate kept, the tokens' probabilities permuted.
+
+    From specgauge issue 17's audit, marked plausible: a bucketed sampler that keys rare
+    tokens by their probability band (×4 wide) and indexes the bucket with the wrong
+    offset. Every band's collision count (Σr² is unchanged) and any pooled bin are blind to
+    it: it is Paninski's hard direction, which an identity test with √V/ε² samples sees
+    (the chi-square too, where its bins are fine enough not to pool the tail). It permutes
+    TV 0.14 of p on zipf-1k (0.09 on the 32k bonus, where the default tier's rows are too
+    few for any test to guarantee it: see the identity rows' guaranteed TV there).
+    """
+
+    name = "band-tail-permutation"
+    threshold = 30.0  # "rare": p below threshold / V
+    expected_failed_checks = {
+        "identity": "the rare tokens' probabilities are permuted within bands: TV 0.14 of p on zipf-1k, "
+                    "above its guaranteed TV",
+    }
+
+    def __init__(self) -> None:
+        self._maps: dict[bytes, np.ndarray] = {}
+
+    def _map(self, p: np.ndarray) -> np.ndarray:
+        key = p.tobytes()
+        if key not in self._maps:
+            vocab = p.size
+            sigma = np.arange(vocab)
+            rare = (p > 0) & (p < self.threshold / vocab)
+            band = np.floor(np.log2(np.where(rare, p, 1.0) * vocab / self.threshold) / 2).astype(np.int64)  # ×4 wide
+            rng = np.random.default_rng(vocab)  # the same wrong offsets on every call
+            for b in np.unique(band[rare]):
+                members = np.flatnonzero(rare & (band == b))
+                sigma[members] = members[rng.permutation(members.size)]
+            self._maps[key] = sigma
+        return self._maps[key]
+
+    def _draw(self, final_p, dist, rng):
+        token = sample_rows(dist, rng)
+        if dist.shape[-1] < 64:
+            return token
+        # one map per distinct p row (a handful on context-free fixtures), rows told apart by a fingerprint
+        fingerprint = final_p @ np.random.default_rng(1).random(final_p.shape[-1])
+        _, first, which = np.unique(fingerprint, return_index=True, return_inverse=True)
+        for j, row in enumerate(first):
+            rows = which == j
+            token[rows] = self._map(final_p[row])[token[rows]]
+        return token
+
+
 #: Exact rules other than the reference's: the certification must pass them.
 EXACT_ALTERNATIVES = {cls.name: cls for cls in [RecycledUniforms, GumbelMaxResampler, PermutedInverseCdf]}
 
@@ -505,7 +620,8 @@ ZOO: dict[str, type[_Mutant]] = {cls.name: cls for cls in [
     ResampleFromTarget, DropBonusToken, BonusFromDraft, ReusedUniform, TargetTemperatureIgnored,
     TopKDraftRenormalised, AcceptEveryDraft, OffByOneTargetRow, InPlaceDraftProbs,
     SharedRowRandomness, WrongRowDraftProbs, SmallBatchFastPath, LongDraftBug, AlternatingTailBias,
-    SharedAtHalfBatch, CorrectionFromEarlierToken, ReseedWithoutAdvancing,
+    SharedAtHalfBatch, CorrectionFromEarlierToken, ReseedWithoutAdvancing, BonusFromPositionFour,
+    LargeVocabBonusFromDraft, StratifiedRows, BandPreservingTailPermutation,
 ]}
 
 
