@@ -29,6 +29,7 @@ import specgauge
 from specgauge.errors import ConfigError, SpecgaugeError
 
 FORMAT = "specgauge-probe/1"
+POOL_SIZE = 8  # connections per HTTP client; more requests in flight use more clients
 BUILTIN_PROMPTS = (
     # next few tokens close to determined for any instruction-tuned or base model
     "Monday, Tuesday, Wednesday, Thursday,",
@@ -250,21 +251,26 @@ class _Client:
         self.base = _base_url(url)
         self.cfg = client_config
         headers = {"Authorization": f"Bearer {client_config.api_key}"} if client_config.api_key else {}
-        limits = httpx2.Limits(max_connections=client_config.concurrency,
-                               max_keepalive_connections=client_config.concurrency)
-        self.http = httpx2.AsyncClient(base_url=self.base, headers=headers, limits=limits, transport=transport,
-                                       timeout=httpx2.Timeout(client_config.timeout_s))
+        # httpcore scans every pooled connection on each request (O(pool) per request): many small
+        # pools, used in turn, keep that cost flat at high concurrency
+        shards = -(-client_config.concurrency // POOL_SIZE)
+        per = -(-client_config.concurrency // shards)
+        limits = httpx2.Limits(max_connections=per, max_keepalive_connections=per)
+        self._pool = [httpx2.AsyncClient(base_url=self.base, headers=headers, limits=limits, transport=transport,
+                                         timeout=httpx2.Timeout(client_config.timeout_s)) for _ in range(shards)]
+        self._turn = itertools.cycle(self._pool)
         self.limit = _RateLimit(client_config.max_rps)
 
     async def close(self) -> None:
-        await self.http.aclose()
+        for http in self._pool:
+            await http.aclose()
 
     async def request(self, method: str, path: str, body: Mapping[str, Any] | None = None):
         httpx = self._httpx
         for attempt in range(self.cfg.retries + 1):
             await self.limit.wait()
             try:
-                response = await self.http.request(method, path, json=body)
+                response = await next(self._turn).request(method, path, json=body)
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 if attempt == self.cfg.retries:
                     raise ServerError(f"cannot reach {self.base}: {exc or type(exc).__name__}") from None
