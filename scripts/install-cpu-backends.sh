@@ -128,4 +128,5 @@ PYEOF
 )
 pip_install "vLLM's pure-Python dependencies" "$TORCH_PIN" "$TRITON_PIN" "$TRANSFORMERS_PIN" "${VLLM_DEPS[@]}"
 echo "install-cpu-backends: installed in $(( $(date +%s) - start )) s"
+bash "$(dirname "$0")/install-llamacpp.sh"  # llama.cpp's llama-server: opt-in, SPECGAUGE_LLAMACPP=1
 check
