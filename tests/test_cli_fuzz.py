@@ -4,8 +4,8 @@ What a user is promised, checked on whatever hypothesis generates: no traceback,
 non-zero exit with exactly one line of error (or a clean run), and no output file left
 behind after an error; and a random valid configuration runs. Everything runs in
 process through ``specgauge.reports.cli.main``. The example counts are fixed so the module
-stays near a minute; ``pytest --hypothesis-profile specgauge-slow tests/test_cli_fuzz.py``
-runs ten times as many.
+stays near a minute; ``pytest --hypothesis-profile slow tests/test_cli_fuzz.py`` runs ten
+times as many.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 from specgauge.reports.cli import INTERNAL_ERROR, SUBCOMMANDS, main
 from specgauge.validate import parser_errors_in_one_line
 
-settings.register_profile("specgauge-slow", max_examples=10, deadline=None)
-SCALE = 10 if settings.get_current_profile_name() == "specgauge-slow" else 1
+#: ``pytest --hypothesis-profile slow`` (registered in tests/conftest.py) runs ten times the examples
+SCALE = 10 if settings.get_current_profile_name() == "slow" else 1
 
 
 def examples(n: int) -> settings:
