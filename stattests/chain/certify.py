@@ -137,7 +137,7 @@ class CertConfig:
                 needed = max(needed, *(min_num_samples_for_identity_test(
                     tv, p, false_fail_rate=rate, false_pass_rate=self.false_pass) for p in fixture.target[:1]))
         # the slow tier streams in bounded memory (chunk_bytes a call): time-bound, not memory-bound
-        max_bytes = 2**62 if fixture.slow else self.max_bytes
+        max_bytes = 2**62 if fixture.slow else int(self.max_bytes * fixture.byte_share)
         return rows_for(fixture, needed, self.max_rows, max_bytes)
 
     def sequences(self, case: SequenceCase) -> int:

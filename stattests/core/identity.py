@@ -120,7 +120,7 @@ def exact_moments(n: int, p: np.ndarray) -> tuple[float, float]:
 
 def replicates_for(n: int, size: int, replicates: int = NULL_REPLICATES) -> int:
     """Replicates to simulate: at least ``replicates``, more (up to 20,000) where a draw is cheap."""
-    return int(min(20_000, max(replicates, 1_000_000 // max(min(n, size), 1))))
+    return int(min(20_000, max(replicates, 200_000 // max(min(n, size), 1))))
 
 
 @lru_cache(maxsize=256)
