@@ -5,8 +5,8 @@
 Each row: the setup, its source, the published figure, the simulated one, their ratio,
 its role and the calibration used. Roles: ``calibrated`` (α bisected so that this row's
 simulated speed-up equals the published one: it matches by construction), ``predicted``
-(nothing fitted on this row: α from the same source's lowest-load point, or from another
-source), ``check`` (a pass time or cost ratio against the profile it was read from).
+(nothing fitted on this row: α from the accepted length the source measured for that run,
+from the same source's lowest-load point, or from another source), ``check`` (a pass time or cost ratio against the profile it was read from).
 Lengths the sources do not state are assumptions, named in the row. ``--knee-study``
 reruns the predicted rows at each knee of the datasheet prior (fit on one source, predict
 the others).
@@ -24,7 +24,7 @@ from specgauge.simulator.core import resolve
 from specgauge.simulator.cost import PassCost, RoundCost
 
 SPECDECODE, VLLM_BLOG, VLLM_V1, EAGLE3, MAGICDEC = "[1]", "[2]", "[3]", "[4]", "[5]"
-SGLANG_MTP, TRT_NGRAM, TRT_MTP = "[6]", "[7]", "[8]"
+SGLANG_MTP, TRT_NGRAM, TRT_MTP, TRT_R1 = "[6]", "[7]", "[8]", "[9]"
 SOURCES = {
     SPECDECODE: "SpecDecode-Bench, \"Speculative Decoding: Performance or Illusion?\", arXiv 2601.11580, and its "
                 "simulator's predictor.py (github.com/SpecDecode-Bench/simulator): vLLM v0.10.1 on H100",
@@ -45,6 +45,10 @@ SOURCES = {
                "accepted length 1.37",
     TRT_MTP: "TensorRT-LLM tech blog 2, \"DeepSeek R1 MTP Implementation and Optimization\": DeepSeek-R1-FP4 on "
              "8x B200 (attention TP 8, MoE EP 2), batch 1, ISL/OSL 1K/2K: MTP nextn=3 gives 2.16x (strict acceptance)",
+    TRT_R1: "TensorRT-LLM tech blog 1, \"Pushing Latency Boundaries: Optimizing DeepSeek-R1 Performance on NVIDIA "
+            "B200 GPUs\": DeepSeek-R1 (NVFP4 MoE, BF16 attention) on 8x B200, batch 1, ISL/OSL 1K/2K, autoregressive "
+            "MTP layers 1-5: accepted length 1.92, 2.58, 2.82, 2.99, 3.01 and TPS/user speed-up 1.78x, 2.25x, 2.28x, "
+            "2.21x, 2.15x (111 TPS/user without MTP)",
 }
 
 
@@ -146,6 +150,8 @@ def replay_rows(add, data_dir: str) -> None:
         f"{prompt} + {output} tokens (the traces' means), γ = 3; {trace.expected_tokens_per_pass(3):.2f} tokens a pass")
 
 
+R1_LENGTHS = {1: 1.92, 2: 2.58, 3: 2.82, 4: 2.99, 5: 3.01}   # [9]: accepted length per MTP step count
+R1_SPEEDUPS = {1: 1.78, 2: 2.25, 3: 2.28, 4: 2.21, 5: 2.15}
 SCOUT_NOTES = {
     (False, 1): "1024 + 512 tokens assumed; the published speed-up exceeds the accepted length", (False, 4): "",
     (False, 32): "the source drafts 3 at batch 32",
@@ -171,15 +177,22 @@ def moe_rows(add, profiles: str | None = None) -> None:
     add("decode speed-up, DeepSeek-V3 + MTP (γ=1), H200 TP8, batch 32", SGLANG_MTP, 1.5,
         speedup(replace(ds, batch_size=32, requests=64), alpha, decode=True), alpha_label(alpha, where),
         "expert traffic grows with the distinct experts 32 x 2 tokens touch", curve_end=True)
-    # The R1 source publishes one point (its acceptance only in a figure): its lowest-load point, so
-    # α is calibrated there (it validates nothing). SGLang's γ = 1 α would be read as i.i.d. over
-    # three steps of one reused module, whose later steps accept less.
+    # DeepSeek-R1 with 1-5 autoregressive MTP steps (TensorRT-LLM, B200, batch 1): the same team's
+    # blogs give the accepted length of each draft length, so α comes from it and every speed-up is
+    # predicted; the blog-2 point (nextn = 3) takes blog 1's accepted length for 3 steps.
     r1 = replace(ds, gpu="b200", gamma=3, prompt_len=1024, output_len=2048, requests=4)
-    alpha_r = calibrate_alpha(r1, 2.16)
-    add("speed-up, DeepSeek-R1 + MTP (nextn=3), B200 TP8, batch 1", TRT_MTP, 2.16, speedup(r1, alpha_r),
-        alpha_label(alpha_r, "calibrated here (the source's only point)"),
-        "R1 has V3's architecture; the source's FP4 MoE weights simulated as FP8; one MTP module reused for 3 "
-        f"steps; with SGLang's α it would be {speedup(r1, alpha):.2f}x", role="calibrated")
+    r1_note = "R1 has V3's architecture; the source's NVFP4 MoE weights simulated as FP8; one MTP module reused"
+    add("speed-up, DeepSeek-R1 + MTP (nextn=3), B200 TP8, batch 1", TRT_MTP, 2.16,
+        speedup(r1, alpha_for_length(3, R1_LENGTHS[3])),
+        alpha_label(alpha_for_length(3, R1_LENGTHS[3]), f"from [9]'s accepted length {R1_LENGTHS[3]} at 3 steps"),
+        r1_note + " for 3 steps")
+    for gamma, published in R1_SPEEDUPS.items():
+        alpha_r = alpha_for_length(gamma, R1_LENGTHS[gamma])
+        steps = f"{gamma} step{'s' if gamma > 1 else ''}"
+        add(f"speed-up, DeepSeek-R1 + MTP ({steps}), B200 TP8, batch 1", TRT_R1, published,
+            speedup(replace(r1, gamma=gamma), alpha_r),
+            alpha_label(alpha_r, f"from this point's accepted length {R1_LENGTHS[gamma]}"),
+            (r1_note + "; a curve over draft length, not load") if gamma == 1 else "")
     # Llama-4-Scout + n-gram: the source measured the accepted length per configuration over
     # 3,000 conversations (1.66 on the second turn, 1.37 on the first, for k=3 v=5 and k=5 v=3
     # alike), while each speed-up ran 20 x batch requests. Its batch-1 speed-up (1.96x) exceeds
