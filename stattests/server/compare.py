@@ -233,7 +233,8 @@ def request_ids(run: ProbeRun) -> np.ndarray:
     records = run.records
     if records and all("r" in r for r in records):
         return np.asarray([r["r"] for r in records], np.int64)
-    per = int(run.header.get("params", {}).get("n", 1)) if run.header.get("capabilities", {}).get("n") else 1
+    n = run.header["params"].get("n", 1)
+    per = n if isinstance(n, int) and n >= 1 and run.header.get("capabilities", {}).get("n") else 1
     ids, current, size, prev = [], -1, 0, None
     for r in records:
         if prev is None or r["p"] != prev["p"] or r["s"] != prev["s"] + 1 or size >= per:

@@ -175,13 +175,35 @@ def read_probe(path: Path | str) -> ProbeRun:
     header = _parse(lines[0]) if lines else None
     if not header or header.get("format") != FORMAT:
         raise ConfigError(f"{path} is not a specgauge probe file (no {FORMAT} header)")
+    params, prompts = header.get("params"), header.get("prompts")
+    if not (isinstance(params, dict) and isinstance(params.get("max_tokens"), int) and params["max_tokens"] >= 1
+            and isinstance(prompts, list) and all(isinstance(p, str) for p in prompts)
+            and isinstance(header.get("capabilities", {}), dict)):
+        raise ConfigError(f"{path}: the header is malformed (it needs params with max_tokens, and the prompts)")
     records = [r for r in map(_parse, lines[1:]) if r is not None and "p" in r and "s" in r]
     n_prompts = len(header.get("prompts") or [])
     for r in records:
-        if not (isinstance(r["p"], int) and 0 <= r["p"] < n_prompts and isinstance(r.get("text"), str)):
+        if not _valid_record(r, n_prompts):
             raise ConfigError(f"{path}: a sample line is malformed (prompt index {r['p']!r} of {n_prompts}, "
                               f"text {type(r.get('text')).__name__}): {json.dumps(r)[:120]}")
     return ProbeRun(header, records, path)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _valid_record(r: Mapping[str, Any], n_prompts: int) -> bool:
+    """A sample line as the probe writes it: the fields compare reads, of the types it reads."""
+    def pairs(row: Any) -> bool:
+        return isinstance(row, list) and all(isinstance(e, list) and len(e) == 2 and isinstance(e[0], str)
+                                             and isinstance(e[1], (int, float)) and not isinstance(e[1], bool)
+                                             for e in row)
+    return (_is_int(r["p"]) and 0 <= r["p"] < n_prompts and _is_int(r["s"]) and isinstance(r.get("text"), str)
+            and _is_int(r.get("r", 0)) and isinstance(r.get("finish", ""), (str, type(None)))
+            and isinstance(r.get("tokens", []), list) and all(isinstance(t, str) for t in r.get("tokens", []))
+            and isinstance(r.get("token_ids", []), list) and all(_is_int(t) for t in r.get("token_ids", []))
+            and isinstance(r.get("top", []), list) and all(pairs(row) for row in r.get("top", [])))
 
 
 class _Journal:
