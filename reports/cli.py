@@ -64,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
 
         silence(sys.stdout)
         return 0
+    except MemoryError as exc:
+        print(f"specgauge {command}: error: out of memory ({one_line(exc)}); ask for less work", file=sys.stderr)
+        return 1
     except Exception as exc:  # noqa: BLE001 - the last resort: a bug is one line, never a traceback
         if os.environ.get(TRACEBACK_ENV) == "1":
             raise

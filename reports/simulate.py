@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import pandas as pd
 
 from specgauge.csvio import resolve_csv_target, write_csv_atomic
+from specgauge.errors import UsageError
 from specgauge.reports.console import say, warn
 from specgauge.reports.options import add_simulation_options, configs_from_args
 from specgauge.simulator import simulate
@@ -69,9 +71,22 @@ def estimate(config) -> tuple[float, float]:
     return tokens / TOKENS_PER_SECOND, BYTES_PER_REQUEST * config.requests + BYTES_PER_TOKEN * tokens
 
 
+def physical_memory() -> float:
+    """This machine's memory in bytes (infinite where the system does not say)."""
+    try:
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return float("inf")
+
+
 def announce(config, command: str = "simulate") -> None:
-    """Say before a long run how long and how much memory it will take; warn past the limits."""
+    """Say before a long run how long and how much memory it will take; warn past the limits,
+    and refuse a run that cannot fit in this machine's memory at all."""
     seconds, memory = estimate(config)
+    if memory > physical_memory():
+        raise UsageError(f"{config.requests:,} requests of {config.output_len} output tokens need about "
+                         f"{memory / 2**30:,.0f} GiB of memory, more than this machine's "
+                         f"{physical_memory() / 2**30:,.0f} GiB; lower --requests")
     if memory > MEMORY_WARNING_BYTES:
         warn(command, f"{config.requests:,} requests of {config.output_len} output tokens need about "
                       f"{memory / 2**30:.1f} GiB of memory; lower --requests (a few thousand give stable means)")

@@ -13,6 +13,9 @@ from specgauge.simulator.policies import POLICY_FORMS, Policy, parse_policy
 from specgauge.simulator.profiles import known_gpus, known_models
 from specgauge.simulator.workload import ARRIVALS, LENGTH_DISTRIBUTIONS, read_trace
 
+#: the slowest request rate simulated: arrival times stay small enough that float64 seconds
+#: still resolve microsecond step times (1e-158 req/s made every step vanish: TPOT 0)
+MIN_QPS = 1e-6
 MAX_PLAUSIBLE_GAMMA = 16          # vLLM and SGLang deployments draft 1 to ~10 tokens per round
 MAX_PLAUSIBLE_PREFILL_CHUNKS = 64  # a prompt prefilled over more iterations than this is a misconfiguration
 
@@ -119,6 +122,9 @@ class SimulationConfig:
             raise ConfigError(f"empty_proposals must be in [0, 1), got {self.empty_proposals!r}")
         if self.qps is not None:
             _positive_float("qps", self.qps)
+            if self.qps < MIN_QPS:
+                raise ConfigError(f"qps must be >= {MIN_QPS:g} requests/s (one request in {1 / MIN_QPS / 86400:.0f} "
+                                  f"days; slower, float64 seconds lose the step times), got {self.qps!r}")
         _positive_float("arrival_cv", self.arrival_cv)
         if self.draft_cost_ratio is not None and not (
                 isinstance(self.draft_cost_ratio, (int, float)) and math.isfinite(self.draft_cost_ratio) and self.draft_cost_ratio >= 0):

@@ -25,16 +25,22 @@ SERVER_ENV = "SPECGAUGE_SERVER_URL"
 BASELINE_ENV = "SPECGAUGE_BASELINE_URL"
 
 
-def tv_type(text: str) -> float:
-    """argparse type for --specgauge-tv: a number in (0, 1), refused once at start-up."""
-    from specgauge.validate import tv
+def _kind(name: str):
+    """argparse type: ``specgauge.validate.<name>``, imported only when the option is given
+    (the plugin loads nothing of specgauge into a run that does not use it)."""
+    def parse(text: str):
+        from specgauge import validate
 
-    return tv(text)
+        return getattr(validate, name)(text)
+
+    parse.__name__ = name
+    return parse
+
+
+tv_type = _kind("tv")
 
 
 def pytest_addoption(parser) -> None:
-    from specgauge import validate  # the standard library only: nothing heavy at start-up
-
     group = parser.getgroup("specgauge", GROUP)
     group.addoption("--specgauge-decoder", default=None, metavar="NAME",
                     help="decoder to certify: a built-in short name (numpy, torch, hf, vllm, sglang, ...) or "
@@ -42,15 +48,15 @@ def pytest_addoption(parser) -> None:
     group.addoption("--specgauge-tv", type=tv_type, default=None, metavar="TV",
                     help="total-variation discrepancy that must be detectable; sets the sample sizes "
                          "(default 0.005, or the coarser TVs a slow decoder declares, per fixture)")
-    group.addoption("--specgauge-false-fail", type=validate.false_fail, default=1e-4, metavar="RATE",
+    group.addoption("--specgauge-false-fail", type=_kind("false_fail"), default=1e-4, metavar="RATE",
                     help="family-wise false-fail rate: the chance that an exact decoder fails any assertion of "
                          "the suite; each assertion gets its Bonferroni share (default 1e-4)")
-    group.addoption("--specgauge-timeout", type=validate.seconds, default=None, metavar="SECONDS",
+    group.addoption("--specgauge-timeout", type=_kind("seconds"), default=None, metavar="SECONDS",
                     help="seconds each decoder call may take; a call past it fails the contract check "
                          "(default: no limit)")
     group.addoption("--specgauge-slow", action="store_true", default=False,
                     help="add the slow tier (production vocabularies streamed over many calls)")
-    group.addoption("--specgauge-seed", type=validate.seed, default=0, metavar="N",
+    group.addoption("--specgauge-seed", type=_kind("seed"), default=0, metavar="N",
                     help="root seed of every random stream (default 0)")
     group.addoption("--specgauge-tree-decoder", default=None, metavar="NAME[,NAME]",
                     help="tree decoder(s) for the tree suite (stattests/test_trees.py): built-in short names "

@@ -11,6 +11,7 @@ times as many.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import io
 import json
@@ -46,16 +47,25 @@ NASTY = ["", " ", "-1", "0", "-0", "nan", "NaN", "inf", "-inf", "1e400", "1e-300
          "1e12", "0x10", "1_000", "--", "-", "%s", "1 2", "9" * 40]
 
 
-def nasty_text() -> st.SearchStrategy[str]:
+#: values that ask for hours of work (law warns and runs; simulate refuses only past the
+#: machine's memory): the parsers get them, the commands that run for real do not
+HUGE = {"1e12", "9" * 40}
+#: options that size the work of a command run for real
+WORK = {"--rounds", "--requests", "--output-len", "--prompt-len", "--gamma"}
+
+
+def nasty_text(huge: bool = True) -> st.SearchStrategy[str]:
     """Strings users mistype and strings nobody types, without NUL bytes argv cannot hold."""
     junk = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12)
-    numbers = st.one_of(st.integers(-10**6, 10**6).map(str), st.floats(allow_nan=True, allow_infinity=True).map(repr))
-    return st.one_of(st.sampled_from([n for n in NASTY if "\x00" not in n]), junk, numbers)
+    floats = (st.floats(allow_nan=True, allow_infinity=True) if huge
+              else st.one_of(st.floats(-1e3, 1e3), st.sampled_from([float("nan"), float("inf"), -1e300, 5e-324])))
+    numbers = st.one_of(st.integers(-10**6 if huge else -10**3, 10**6 if huge else 10**3).map(str), floats.map(repr))
+    return st.one_of(st.sampled_from([n for n in NASTY if "\x00" not in n and (huge or n not in HUGE)]), junk, numbers)
 
 
-def cheap(values: list[str]) -> st.SearchStrategy[str]:
+def cheap(values: list[str], flag: str) -> st.SearchStrategy[str]:
     """Bad values, or a valid value from ``values`` that keeps the work small."""
-    return st.one_of(nasty_text(), st.sampled_from(values))
+    return st.one_of(nasty_text(huge=flag not in WORK), st.sampled_from(values))
 
 
 # ---------------------------------------------------------------- running the CLI in process
@@ -177,7 +187,7 @@ def _command_case(base: list[str], options: dict[str, list[str]], csv: str):
         flags = draw(st.lists(st.sampled_from(sorted(options)), min_size=1, max_size=3, unique=True))
         argv = list(base)
         for flag in flags:
-            argv += [f"{flag}={draw(cheap(options[flag]))}"]
+            argv += [f"{flag}={draw(cheap(options[flag], flag))}"]
         return argv + ["--csv", csv]
 
     return case()
@@ -270,7 +280,22 @@ DECODER_PY = ("import numpy as np\n\nclass Decoder:\n    def verify(self, target
 
 CALIBRATE = ["calibrate", "--gpu", "h100", "--target", "llama-3.1-8b"]
 
-#: name -> (file name, valid content, argv with FILE and OUT placeholders)
+
+@functools.lru_cache(maxsize=None)
+def probe_jsonl() -> str:
+    """A real probe file: the in-process OpenAI-compatible fake sampled by ``probe`` (4 prompts x 30)."""
+    httpx2 = pytest.importorskip("httpx2")
+    from specgauge.fixtures.fake_openai import FakeOpenAI
+    from specgauge.stattests.server.probe import ClientConfig, ProbeConfig, probe
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "run.jsonl"
+        cfg = ProbeConfig("http://fake", temperature=1.0, max_tokens=3, samples_per_prompt=30, top_logprobs=4, n=10)
+        probe(cfg, ["one", "two", "three", "four"], path, client_config=ClientConfig(concurrency=2),
+              transport=httpx2.ASGITransport(app=FakeOpenAI()))
+        return path.read_text()
+
+#: name -> (file name, valid content (or a function making it), argv with FILE and OUT placeholders)
 READERS = {
     "profiles-toml": ("p.toml", PROFILES_TOML, [*SIMULATE, "--gpu", "rtx-6000", "--profiles", "FILE", "--csv", "OUT.csv"]),
     "profiles-json": ("p.json", PROFILES_JSON, [*SIMULATE, "--gpu", "rtx-6000", "--profiles", "FILE", "--csv", "OUT.csv"]),
@@ -280,12 +305,18 @@ READERS = {
     "latency-json": ("l.json", LATENCY_JSON, [*CALIBRATE, "--steps", "STEPS", "--latency",
                                              "FILE:batch=8,input=128,output=64", "--out", "OUT.toml"]),
     "serve-json": ("v.json", SERVE_JSON, [*CALIBRATE, "--steps", "STEPS", "--serve", "FILE", "--out", "OUT.toml"]),
+    "probe-jsonl": ("run.jsonl", probe_jsonl, ["compare", "FILE", "--csv", "OUT.csv"]),
     "decoder-module": ("fuzzdec.py", DECODER_PY, ["law", "--rounds", "20", "--gamma", "2", "--alpha", "0.5",
                                                   "--decoder", "fuzzdec:Decoder", "--csv", "OUT.csv"]),
 }
 
 #: reader -> why it may still crash (a strict expected failure would be wrong: a fuzz case may not hit it)
 KNOWN_FAILURES: dict[str, str] = {}
+
+
+def _valid(name: str) -> str:
+    content = READERS[name][1]
+    return content() if callable(content) else content
 
 
 def _run_reader(name: str, content: str, folder: Path) -> tuple[int, str, set[str]]:
@@ -313,7 +344,7 @@ def _run_reader(name: str, content: str, folder: Path) -> tuple[int, str, set[st
 
 @pytest.mark.parametrize("name", sorted(READERS))
 def test_the_valid_input_file_runs(name, workdir):
-    code, err, _ = _run_reader(name, READERS[name][1], fresh(workdir))
+    code, err, _ = _run_reader(name, _valid(name), fresh(workdir))
     assert code == 0, err
 
 
@@ -324,7 +355,7 @@ def test_malformed_input_files_are_one_line_and_write_nothing(name, workdir):
     folder = fresh(workdir)
 
     @examples(12)
-    @given(content=malformed(READERS[name][1]))
+    @given(content=malformed(_valid(name)))
     def check(content):
         code, err, before = _run_reader(name, content, folder)
         assert_clean(code, err, folder, before)

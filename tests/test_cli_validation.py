@@ -114,6 +114,7 @@ def test_simulate_warns_past_its_memory_estimate_before_any_work(capsys, monkeyp
 
     monkeypatch.setattr(simulate_command, "simulate", lambda config: pytest.fail("simulated"))
     monkeypatch.setattr(simulate_command, "MEMORY_WARNING_BYTES", 0)  # stop at the estimate
+    monkeypatch.setattr(simulate_command, "physical_memory", lambda: float("inf"))  # a machine it fits
     with pytest.raises(pytest.fail.Exception):
         main(["simulate", "--requests", "100000000"])
     err = capsys.readouterr().err
@@ -147,3 +148,13 @@ def test_the_plugin_refuses_a_bad_option_once_before_collection(args, needle, tm
     text = result.stdout + result.stderr
     assert result.returncode == 4, text  # pytest's usage error: nothing collected, nothing ran
     assert text.count(needle) == 1 and "passed" not in text and "Traceback" not in text, text
+
+
+def test_simulate_refuses_a_run_larger_than_this_machines_memory_before_any_work(capsys, monkeypatch):
+    import specgauge.reports.simulate as simulate_command
+
+    monkeypatch.setattr(simulate_command, "simulate", lambda config: pytest.fail("simulated"))
+    assert main(["simulate", "--requests", "1e12"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "1,000,000,000,000 requests of 256 output tokens need about" in err and "lower --requests" in err
+    assert err.count("error:") == 1 and "warning" not in err
