@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import pandas as pd
 
 from specgauge.errors import SpecgaugeError
+from specgauge import validate
 
 from .csvio import CsvTarget, Journal, item_key, rows_to_frame, sweep_lock, write_csv_atomic
 
@@ -62,7 +63,7 @@ class SweepOptions:
 def add_sweep_options(parser: Any) -> None:
     """The options every sweeping command shares."""
     group = parser.add_argument_group("sweep execution")
-    group.add_argument("--jobs", type=int, default=1, help="local worker processes (default 1)")
+    group.add_argument("--jobs", type=validate.positive_int, default=1, help="local worker processes (default 1)")
     group.add_argument("--executor", choices=("auto",) + EXECUTORS, default="auto",
                        help="serial, process (local pool of --jobs) or dask (needs --scheduler); auto picks from --jobs")
     group.add_argument("--scheduler", default=None, help="Dask scheduler address, e.g. tcp://host:8786")
