@@ -164,3 +164,13 @@ def test_an_installed_wheel_runs_the_suite_from_anywhere_even_under_a_checkout(t
                                 timeout=300)
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
         assert "test_exactness[numpy-" in result.stdout
+
+
+def test_the_declared_license_ships_as_a_file():
+    """pyproject declares Apache-2.0 and names LICENSE, which holds that text (the wheel test checks the wheel)."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
+    text = (ROOT / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text and "END OF TERMS AND CONDITIONS" in text
