@@ -158,3 +158,25 @@ def test_probe_into_a_missing_folder_is_one_line(tmp_path, capsys):
 def test_compare_false_fail_is_a_rate(tmp_path, capsys, value):
     err = _one_line_error(capsys, ["compare", str(tmp_path / "x.jsonl"), f"--false-fail={value}"])
     assert "--false-fail" in err and "a rate in (0, 1)" in err
+
+
+def test_the_library_refuses_what_the_cli_refuses():
+    """Called from Python, a concurrency of 0 would wait on a semaphore forever: refused at the door."""
+    from specgauge.errors import ConfigError
+
+    for bad in ({"concurrency": 0}, {"concurrency": -1}, {"timeout_s": 0.0}, {"max_rps": float("nan")}):
+        with pytest.raises(ConfigError):
+            ClientConfig(**bad)
+    for bad in ({"top_p": 2.0}, {"top_p": 0.0}, {"min_p": -0.1}, {"temperature": float("nan")}, {"top_k": -1}):
+        with pytest.raises(ConfigError):
+            ProbeConfig("http://x", **bad)
+
+
+def test_requests_of_an_older_file_are_inferred_from_consecutive_lines(tmp_path):
+    from specgauge.stattests.server.compare import request_ids
+
+    run = read_probe(_probe(tmp_path / "run.jsonl", FakeOpenAI(), samples=40, n=8))
+    with_r = request_ids(run)
+    old = type(run)(run.header, [{k: v for k, v in r.items() if k != "r"} for r in run.records], None)
+    inferred = request_ids(old)
+    assert len(set(zip(with_r, inferred))) == len(set(with_r)) == len(set(inferred))  # the same partition

@@ -235,10 +235,11 @@ def request_ids(run: ProbeRun) -> np.ndarray:
         return np.asarray([r["r"] for r in records], np.int64)
     n = run.header["params"].get("n", 1)
     per = n if isinstance(n, int) and n >= 1 and run.header.get("capabilities", {}).get("n") else 1
-    ids, current, size, prev = [], -1, 0, None
+    ids, current, size, cap, prev = [], -1, 0, per, None
     for r in records:
-        if prev is None or r["p"] != prev["p"] or r["s"] != prev["s"] + 1 or size >= per:
+        if prev is None or r["p"] != prev["p"] or r["s"] != prev["s"] + 1 or size >= cap:
             current, size = current + 1, 0
+            cap = min(per, 2) if (r["p"], r["s"]) == (0, 0) else per  # the probe's first request asks for 2
         ids.append(current)
         size += 1
         prev = r
