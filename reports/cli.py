@@ -47,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     if command not in SUBCOMMANDS:
         print(f"specgauge: unknown command {command!r}; choose from {', '.join(SUBCOMMANDS)}", file=sys.stderr)
         return 2
+    dashes = next((a for a in argv if a.startswith("--") and a.endswith("=--")), None)
+    if dashes:  # argparse (3.11) turns --opt=-- into an empty list that skips the option's type and choices
+        print(f"specgauge {command}: error: argument {dashes[:-3]}: expected a value, got '--'", file=sys.stderr)
+        return 2
     try:
         module = importlib.import_module(SUBCOMMANDS[command][0])
         with parser_errors_in_one_line():  # a bad option is one line and exit status 2
