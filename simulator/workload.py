@@ -53,10 +53,10 @@ def read_trace(path: str | Path) -> dict[str, np.ndarray]:
         raise ConfigError(f"cannot read workload trace {str(path)!r}: {exc.strerror or exc}") from None
     if not rows:
         raise ConfigError(f"workload trace {str(path)!r} is empty")
-    columns = rows[0].keys()
+    columns = [c for c in rows[0].keys() if c is not None]  # None: cells beyond a short (or blank) header
     time_col = next((c for c in ("arrival_s", "timestamp", "arrival") if c in columns), None)
     if time_col is None:
-        raise ConfigError(f"workload trace {str(path)!r} needs a column arrival_s (or timestamp); has {', '.join(columns)}")
+        raise ConfigError(f"workload trace {str(path)!r} needs a column arrival_s (or timestamp); has {', '.join(columns) or 'no header'}")
     out: dict[str, np.ndarray] = {}
     # every cell checked where it stands: file, line and column named in one line (line 1 is the header)
     out["arrival"] = np.array([validate.parse(r[time_col], validate.non_negative, validate.where(path, line, time_col))
