@@ -18,7 +18,7 @@ PY=${PYTHON:-python}
 JOBS=${LLAMACPP_BUILD_JOBS:-$(nproc)}
 
 if [[ "${SPECGAUGE_LLAMACPP:-0}" != "1" ]]; then
-  echo "install-llamacpp: skipped (set SPECGAUGE_LLAMACPP=1 to build llama-server: about an hour on 2 busy cores)"
+  echo "install-llamacpp: skipped (set SPECGAUGE_LLAMACPP=1 to build llama-server: 65 minutes on 2 busy cores)"
   exit 0
 fi
 if [[ -x "$HOME_DIR/build/bin/llama-server" ]]; then
