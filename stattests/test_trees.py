@@ -11,37 +11,21 @@ fixtures live here, not in the chain suite's conftest.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from specgauge.errors import DecoderLoadError
-from specgauge.fixtures.toy_lm import load_toy_lm
 from specgauge.fixtures.trees import TREE_FIXTURES
-from specgauge.laws import full_tree_parents
-from specgauge.stattests.chain.sequences import sequence_counts, sequence_distribution
-from specgauge.stattests.core.certificate import record
-from specgauge.stattests.core.identity import identity_test
-from specgauge.stattests.core.statistics import goodness_of_fit, min_num_samples_for_goodness_of_fit
 from specgauge.stattests.chain.certify import DEFAULT_FALSE_FAIL, assert_certified
 from specgauge.stattests.tree.checks import (DEFAULT_TREE_TV, TREE_CHECKS, TreeCertConfig,
                                              TreeCertificationSession, tree_plan, tree_plan_size)
 from specgauge.stattests.core.tree_contract import DEFAULT_TREE_DECODERS, load_tree_decoder
 from specgauge.stattests.plugin import TREE_SESSIONS
-from specgauge.stattests.tree.generate import speculative_tree_generate
+from specgauge.stattests.tree.generate import GENERATION_CASES
 
 
 def _specs(config: pytest.Config) -> list[str]:
     given = config.getoption("specgauge_tree_decoder", None)
     return [s.strip() for s in given.split(",") if s.strip()] if given else list(DEFAULT_TREE_DECODERS)
-
-
-#: End-to-end cases: toy LM pair, L new tokens, the tree drafted every round.
-GENERATION_CASES = {
-    "bigram-v6-mid-L3-2x2": ("bigram-v6-mid", 3, full_tree_parents([2, 2])),
-    "trigram-v4-L4-3x1": ("trigram-v4", 4, full_tree_parents([3, 1])),
-    "bigram-v5-sparse-L3-eagle": ("bigram-v5-sparse", 3, TREE_FIXTURES["eagle-choices"].parents),
-}
-MAX_SEQUENCES = 60_000
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -99,19 +83,6 @@ def test_tree_generation_joint_law(specgauge_tree_generation, request):
     session = _session(spec, request.config)
     if getattr(session.decoder, "greedy_only", False):
         pytest.skip(f"{spec} verifies greedily: no sampled generation to certify")
-    pair_name, new_tokens, parents = GENERATION_CASES[case]
-    pair = load_toy_lm(pair_name)
-    exact = sequence_distribution(pair.target, pair.prompt, new_tokens)
-    cfg = session.config
-    rate = cfg.per_assertion
-    n = min(MAX_SEQUENCES, min_num_samples_for_goodness_of_fit(cfg.tv, exact, false_fail_rate=rate))
-    result = speculative_tree_generate(pair.target, pair.draft, pair.prompt, session.decoder, parents=parents,
-                                       new_tokens=new_tokens, num_sequences=n,
-                                       rng=np.random.default_rng([cfg.seed, list(GENERATION_CASES).index(case)]))
-    counts = sequence_counts(result.tokens, pair.vocab_size)
-    outcomes = [goodness_of_fit(counts, exact, false_fail_rate=rate / 2),
-                identity_test(counts, exact, false_fail_rate=rate / 2, seed=cfg.seed)]
-    for outcome in outcomes:  # end to end joins the tree certificate: its verdict is the run's
-        record(session, outcome, "generation-joint-law", case, outcome.test.replace("_", "-"), "exactness")
+    outcomes = session.generation(case)  # end to end joins the tree certificate: its verdict is the run's
     failed = [o.describe() for o in outcomes if not o.passed]
-    assert not failed, f"joint law of the first {new_tokens} tokens\n" + "\n".join(failed)
+    assert not failed, f"joint law of the first {GENERATION_CASES[case][1]} tokens\n" + "\n".join(failed)

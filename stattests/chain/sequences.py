@@ -13,26 +13,9 @@ import numpy as np
 
 from specgauge.fixtures.toy_lm import load_toy_lm
 
-from specgauge.stattests.core.lm import NextTokenModel, all_sequences, sequence_index  # noqa: F401  (re-exported)
+from specgauge.stattests.core.lm import (NextTokenModel, all_sequences, sequence_counts,  # noqa: F401  (re-exported)
+                                         sequence_distribution, sequence_index)
 from specgauge.stattests.core.statistics import expected_tokens_per_pass  # noqa: F401  (the law, re-exported beside α_k)
-
-
-def sequence_counts(tokens: np.ndarray, vocab_size: int) -> np.ndarray:
-    """Histogram of the sequences in ``tokens`` [N, L] over all V**L sequences."""
-    return np.bincount(sequence_index(tokens, vocab_size), minlength=vocab_size ** tokens.shape[1])
-
-
-def sequence_distribution(model: NextTokenModel, prompt: tuple[int, ...], length: int) -> np.ndarray:
-    """P(first ``length`` new tokens = s) for every s, float64 [V**L], from the exact tables."""
-    vocab = model.vocab_size
-    seqs = all_sequences(vocab, length)
-    full = np.concatenate([np.broadcast_to(np.asarray(prompt, np.int64), (len(seqs), len(prompt))), seqs], axis=1)
-    start = len(prompt)
-    probs = np.ones(len(seqs))
-    for t in range(length):
-        ctx = full[:, start + t - model.order : start + t]
-        probs *= model.next_probs(ctx)[np.arange(len(seqs)), seqs[:, t]]
-    return probs
 
 
 def first_round_length_distribution(

@@ -64,3 +64,21 @@ def sequence_index(tokens: np.ndarray, vocab_size: int) -> np.ndarray:
     """Row-major index of each sequence in ``tokens`` [N, L] (token 0 most significant)."""
     weights = vocab_size ** np.arange(tokens.shape[1] - 1, -1, -1, dtype=np.int64)
     return tokens.astype(np.int64) @ weights
+
+
+def sequence_counts(tokens: np.ndarray, vocab_size: int) -> np.ndarray:
+    """Histogram of the sequences in ``tokens`` [N, L] over all V**L sequences."""
+    return np.bincount(sequence_index(tokens, vocab_size), minlength=vocab_size ** tokens.shape[1])
+
+
+def sequence_distribution(model: NextTokenModel, prompt: tuple[int, ...], length: int) -> np.ndarray:
+    """P(first ``length`` new tokens = s) for every s, float64 [V**L], from the exact tables."""
+    vocab = model.vocab_size
+    seqs = all_sequences(vocab, length)
+    full = np.concatenate([np.broadcast_to(np.asarray(prompt, np.int64), (len(seqs), len(prompt))), seqs], axis=1)
+    start = len(prompt)
+    probs = np.ones(len(seqs))
+    for t in range(length):
+        ctx = full[:, start + t - model.order : start + t]
+        probs *= model.next_probs(ctx)[np.arange(len(seqs)), seqs[:, t]]
+    return probs

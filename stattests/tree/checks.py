@@ -29,6 +29,7 @@ from specgauge.stattests.core.contract import PAD
 from specgauge.stattests.core.statistics import (TestResult, goodness_of_fit, independence_test, itemwise_error_rate, ks_uniformity,
                          min_num_samples_for_ks_uniformity, pit_values)
 from specgauge.stattests.core.tree_contract import TreeDecoder
+from specgauge.stattests.tree.generate import GENERATION_CASES, generation_joint_law
 from specgauge.stattests.tree.harness import TreeRun, TreeRunConfig, run_tree_fixture
 
 TreeCheckFn = Callable[[TreeRun, Rates], dict[int | None, TestResult]]
@@ -283,6 +284,14 @@ class TreeCertificationSession:
         record(self, result, check.name, fixture.name, position, check.family)
         return result
 
+    def generation(self, case: str) -> list[TestResult]:
+        """The end-to-end joint law of ``case`` (one assertion of the plan, two rows at half its rate each)."""
+        cfg = self.config
+        outcomes = generation_joint_law(self.decoder, case, cfg.tv, cfg.per_assertion, cfg.seed)
+        for outcome in outcomes:
+            record(self, outcome, "generation-joint-law", case, outcome.test.replace("_", "-"), "exactness")
+        return outcomes
+
     def certificate(self) -> Certificate:
         return Certificate.from_rows(self.rows)
 
@@ -307,12 +316,23 @@ def tree_plan(fixtures=None, checks=None):
 
 
 def certify_tree(decoder: TreeDecoder, config: TreeCertConfig | None = None, fixtures=None, checks=None,
-                 name: str | None = None) -> Certificate:
-    """Certify a tree decoder on the tree fixtures (all, or those named)."""
+                 name: str | None = None, generation=None) -> Certificate:
+    """Certify a tree decoder on the tree fixtures (all, or those named) and end to end.
+
+    ``generation`` names the end-to-end cases (:data:`GENERATION_CASES`) whose joint law
+    joins the certificate, as in the pytest suite: all of them by default for the whole
+    plan, none when ``fixtures`` or ``checks`` restrict it. A greedy-only decoder has no
+    sampled generation to certify."""
     config = config or TreeCertConfig()
+    if generation is None:
+        generation = list(GENERATION_CASES) if fixtures is None and checks is None else []
+    if getattr(decoder, "greedy_only", False):
+        generation = []
     if not config.assertions:
-        config = replace(config, assertions=tree_plan_size(fixtures, checks))
+        config = replace(config, assertions=tree_plan_size(fixtures, checks) + len(generation))
     session = TreeCertificationSession(decoder, name or getattr(decoder, "name", type(decoder).__name__), config)
     for check, fixture, position in tree_plan(fixtures, checks):
         session.assertion(check, fixture, position)
+    for case in generation:
+        session.generation(case)
     return session.certificate()

@@ -10,12 +10,18 @@ then be the target model's, as for chains.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from specgauge.laws import tree_depths, validate_parents
+from specgauge.fixtures.toy_lm import load_toy_lm
+from specgauge.fixtures.trees import TREE_FIXTURES
+from specgauge.laws import full_tree_parents, tree_depths, validate_parents
 
 from specgauge.stattests.core.contract import PAD
-from specgauge.stattests.core.lm import GenerationResult, NextTokenModel
+from specgauge.stattests.core.identity import identity_test
+from specgauge.stattests.core.lm import GenerationResult, NextTokenModel, sequence_counts, sequence_distribution
+from specgauge.stattests.core.statistics import TestResult, goodness_of_fit, min_num_samples_for_goodness_of_fit
 from specgauge.stattests.core.tree_contract import TreeDecoder, check_tree_emitted, children_table
 from specgauge.stattests.tree.harness import draw_siblings
 
@@ -85,3 +91,33 @@ def speculative_tree_generate(
         rounds.append(this_round)
     return GenerationResult(tokens=buffer[:, start : start + new_tokens].copy(),
                             round_lengths=np.stack(rounds, axis=1), gamma=depth)
+
+
+#: End-to-end cases: toy LM pair, L new tokens, the tree drafted every round.
+GENERATION_CASES = {
+    "bigram-v6-mid-L3-2x2": ("bigram-v6-mid", 3, full_tree_parents([2, 2])),
+    "trigram-v4-L4-3x1": ("trigram-v4", 4, full_tree_parents([3, 1])),
+    "bigram-v5-sparse-L3-eagle": ("bigram-v5-sparse", 3, TREE_FIXTURES["eagle-choices"].parents),
+}
+MAX_SEQUENCES = 60_000
+
+
+def generation_joint_law(decoder: TreeDecoder, case: str, tv: float, false_fail: float,
+                         seed: int) -> list[TestResult]:
+    """The joint law of the first L tokens of ``case``'s generations against the target's:
+    a chi-square and the worst-case identity test, each at half of ``false_fail``. The
+    tree certificate records both as exactness rows (library and pytest suite alike)."""
+    pair_name, new_tokens, parents = GENERATION_CASES[case]
+    pair = load_toy_lm(pair_name)
+    exact = sequence_distribution(pair.target, pair.prompt, new_tokens)
+    n = min(MAX_SEQUENCES, min_num_samples_for_goodness_of_fit(tv, exact, false_fail_rate=false_fail))
+    try:
+        result = speculative_tree_generate(pair.target, pair.draft, pair.prompt, decoder, parents=parents,
+                                           new_tokens=new_tokens, num_sequences=n,
+                                           rng=np.random.default_rng([seed, list(GENERATION_CASES).index(case)]))
+    except Exception as exc:  # a decoder's failure (raised, broke the contract) is a finding, not a crash
+        return [TestResult("contract", math.inf, 0.0, n, false_fail, math.nan, None,
+                           {"error": f"{type(exc).__name__}: {exc}"})]
+    counts = sequence_counts(result.tokens, pair.vocab_size)
+    return [goodness_of_fit(counts, exact, false_fail_rate=false_fail / 2),
+            identity_test(counts, exact, false_fail_rate=false_fail / 2, seed=seed)]
