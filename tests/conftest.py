@@ -1,9 +1,22 @@
-"""The project's own tests: the hypothesis profile their fuzz tests scale up under.
+"""The project's own tests: the hypothesis profile their fuzz tests scale up under, and
+the Triton interpreter switched on before any test imports triton.
 
-Registered here, before pytest configures hypothesis, so that
+The profile is registered here, before pytest configures hypothesis, so that
 ``pytest --hypothesis-profile slow tests/test_cli_fuzz.py`` runs ten times the examples.
+
+On a machine without an NVIDIA device, vLLM's and SGLang's kernels run under Triton's
+interpreter, which must be on when triton is first imported: transformers imports it, so
+a test of HF models run before the backend tests would otherwise leave triton compiled
+and the interpreted kernels failing. The adapters refuse that state with a clear error.
 """
 
+import glob
+import os
+
 from hypothesis import settings
+
+if not glob.glob("/dev/nvidia[0-9]*"):
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
 settings.register_profile("slow", deadline=None)

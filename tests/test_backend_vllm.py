@@ -133,6 +133,28 @@ def test_missing_vllm_is_an_import_error_naming_vllm(tmp_path):
     assert "IMPORTERROR" in result.stdout and "`import vllm` failed" in result.stdout, result.stdout + result.stderr
 
 
+def test_triton_imported_before_the_interpreter_is_refused_by_name(tmp_path):
+    """transformers imports triton; if that happens before the adapter can switch the
+    interpreter on, the interpreted kernels would fail on triton's own compiled helpers."""
+    result = _run_isolated("""
+        import importlib.util, os, sys
+        if importlib.util.find_spec("triton") is None:
+            print("SKIP triton"); sys.exit(0)
+        os.environ.pop("TRITON_INTERPRET", None)
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+        import triton
+        from specgauge.stattests.decoders.vllm import VLLMOneHotDecoder
+        try:
+            VLLMOneHotDecoder()
+        except ImportError as exc:
+            print("IMPORTERROR", exc)
+    """, tmp_path)
+    if result.stdout.startswith("SKIP"):
+        pytest.skip("triton is not installed")
+    assert "IMPORTERROR" in result.stdout and "triton was imported before" in result.stdout, \
+        result.stdout + result.stderr
+
+
 def test_loader_builds_the_registered_names():
     try:
         decoder = load_decoder("vllm")

@@ -91,6 +91,10 @@ def prepare(purpose: str) -> TritonEnv:
         env = TritonEnv(device="cuda", interpret=False)
     else:
         already = [m for m in _KERNEL_MODULES if sys.modules.get(m) is not None]
+        if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
+            # triton.language's own @jit helpers were built for compilation when triton was
+            # imported (transformers imports it), so interpreted kernels calling them fail
+            already.append("triton")
         if already and os.environ.get("TRITON_INTERPRET") != "1":
             raise ImportError(
                 f"{purpose}: {', '.join(already)} was imported before specgauge could set "
