@@ -95,6 +95,26 @@ def announce(config, command: str = "simulate") -> None:
             f"(with and without speculation): roughly {_duration(seconds)} on one core", file=sys.stderr)
 
 
+def progress_bar(config):
+    """A tqdm bar over the requests of both runs when the estimate exceeds a few seconds
+    (None otherwise: a short run prints nothing extra); it closes itself at the last request."""
+    seconds, _ = estimate(config)
+    if seconds <= SLOW_SECONDS:
+        return None
+    from tqdm.auto import tqdm
+
+    bar = tqdm(desc="simulating", unit="request", file=sys.stderr, leave=False, mininterval=0.5)
+
+    def update(admitted: int, total: int) -> None:
+        bar.total = total
+        if admitted > bar.n:
+            bar.update(admitted - bar.n)
+        if admitted >= total:
+            bar.close()
+
+    return update
+
+
 def _duration(seconds: float) -> str:
     for unit, size in (("days", 86400.0), ("hours", 3600.0), ("minutes", 60.0)):
         if seconds >= 2 * size:
@@ -110,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     for message in config.implausible():
         warn("simulate", message)
     announce(config)
-    row = simulate(config)
+    row = simulate(config, progress_bar(config))
     say(summary(row, config.trace))
     if target is not None:
         write_csv_atomic(pd.DataFrame([row]), target.path, {"command": "simulate", "arguments": argv, "seed": config.seed})

@@ -9,6 +9,7 @@ into one wide report row.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -144,7 +145,8 @@ def prepare(config: SimulationConfig) -> Prepared:
                     RoundCost(setup.target_cost, None, setup.overhead), acceptance, acceptance_ss)
 
 
-def _engine_run(p: Prepared, blocks: int, speculative: bool) -> RunStats:
+def _engine_run(p: Prepared, blocks: int, speculative: bool,
+                progress: Callable[[int], None] | None = None) -> RunStats:
     config = p.config
     if speculative:
         policy, costs = config.parsed_policy, p.costs
@@ -168,13 +170,18 @@ def _engine_run(p: Prepared, blocks: int, speculative: bool) -> RunStats:
     params = EngineParams(batch_cap=config.batch_size, total_blocks=blocks, block_tokens=config.block_size,
                           lookahead=policy.max_gamma, max_batched_tokens=config.max_batched_tokens, costs=costs,
                           policy=policy, speculative=speculative, tokens_per_pass=tokens_per_pass)
-    return Engine(p.workload, params, sampler).run()
+    return Engine(p.workload, params, sampler).run(progress)
 
 
-def run_pair(p: Prepared) -> tuple[RunStats, RunStats | None]:
-    """The no-speculation baseline (without the draft's memory) and, when speculating, the speculative run."""
-    baseline = _engine_run(p, p.plan.total_blocks_no_draft, speculative=False)
-    spec = _engine_run(p, p.plan.total_blocks, speculative=True) if p.config.speculative else None
+def run_pair(p: Prepared, progress: Callable[[int], None] | None = None) -> tuple[RunStats, RunStats | None]:
+    """The no-speculation baseline (without the draft's memory) and, when speculating, the speculative run.
+
+    ``progress``, when given, is told the requests admitted so far, counted over both runs.
+    """
+    n = len(p.workload.arrival)
+    baseline = _engine_run(p, p.plan.total_blocks_no_draft, speculative=False, progress=progress)
+    second = None if progress is None else (lambda admitted: progress(n + admitted))
+    spec = _engine_run(p, p.plan.total_blocks, speculative=True, progress=second) if p.config.speculative else None
     return baseline, spec
 
 
@@ -210,11 +217,16 @@ def build_row(p: Prepared, baseline: RunStats, spec: RunStats | None) -> dict[st
     return row
 
 
-def simulate(config: SimulationConfig) -> dict[str, float | int | str]:
+def simulate(config: SimulationConfig, progress: Callable[[int, int], None] | None = None
+             ) -> dict[str, float | int | str]:
     """One wide row for ``config``: prepare, run the paired runs, build the row.
 
     The no-speculation baseline runs on the same arrivals and lengths without the draft's
-    memory, so ``speedup_vs_no_spec`` is a paired ratio of output throughput.
+    memory, so ``speedup_vs_no_spec`` is a paired ratio of output throughput. ``progress``,
+    when given, is called with (requests admitted, total) over both runs.
     """
     prepared = prepare(config)
-    return build_row(prepared, *run_pair(prepared))
+    if progress is None:
+        return build_row(prepared, *run_pair(prepared))
+    total = len(prepared.workload.arrival) * (2 if config.speculative else 1)
+    return build_row(prepared, *run_pair(prepared, lambda admitted: progress(admitted, total)))

@@ -95,7 +95,9 @@ class Engine:
     def _push(self, time: float, kind: int) -> None:
         heapq.heappush(self._heap, (time, kind, next(self._seq)))
 
-    def run(self) -> RunStats:
+    def run(self, progress: Callable[[int], None] | None = None) -> RunStats:
+        """Run to the last completion; ``progress``, when given, is told the number of
+        requests admitted so far after every engine iteration (a progress bar's hook)."""
         arrival = self.w.arrival
         n = len(arrival)
         self._push(float(arrival[0]), ARRIVAL)
@@ -108,6 +110,8 @@ class Engine:
                     self._push(float(arrival[self.n_arrived]), ARRIVAL)
             elif kind == DONE:
                 busy = False
+                if progress is not None:
+                    progress(self.next_admit)
             else:
                 scheduled = False
                 if not busy:

@@ -81,3 +81,17 @@ def test_simulate_command_refuses_bad_input_in_one_line(argv, message, capsys):
     assert cli_main(["simulate", *argv]) == 1
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err
+
+
+def test_simulate_shows_a_progress_bar_past_a_few_seconds_and_the_row_is_unchanged(monkeypatch, capsys):
+    from specgauge.reports import simulate as command
+    from specgauge.simulator.config import SimulationConfig
+    from specgauge.simulator.core import simulate
+
+    config = SimulationConfig(requests=200, output_len=16)
+    calls: list[tuple[int, int]] = []
+    assert simulate(config, lambda admitted, total: calls.append((admitted, total))) == simulate(config)
+    assert calls and calls[-1] == (400, 400) and all(a <= b for (a, _), (b, _) in zip(calls, calls[1:]))
+    monkeypatch.setattr(command, "SLOW_SECONDS", 0.0)
+    assert command.main(["--requests", "200", "--output-len", "16"]) == 0
+    assert "simulating" in capsys.readouterr().err
