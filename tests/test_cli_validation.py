@@ -112,7 +112,7 @@ def test_a_decoder_whose_verify_always_raises_is_summarised_as_such(tmp_path, ca
 def test_simulate_warns_past_its_memory_estimate_before_any_work(capsys, monkeypatch):
     import specgauge.reports.simulate as simulate_command
 
-    monkeypatch.setattr(simulate_command, "simulate", lambda config: pytest.fail("simulated"))
+    monkeypatch.setattr(simulate_command, "simulate", lambda *a, **k: pytest.fail("simulated"))
     monkeypatch.setattr(simulate_command, "MEMORY_WARNING_BYTES", 0)  # stop at the estimate
     monkeypatch.setattr(simulate_command, "physical_memory", lambda: float("inf"))  # a machine it fits
     with pytest.raises(pytest.fail.Exception):
@@ -153,7 +153,7 @@ def test_the_plugin_refuses_a_bad_option_once_before_collection(args, needle, tm
 def test_simulate_refuses_a_run_larger_than_this_machines_memory_before_any_work(capsys, monkeypatch):
     import specgauge.reports.simulate as simulate_command
 
-    monkeypatch.setattr(simulate_command, "simulate", lambda config: pytest.fail("simulated"))
+    monkeypatch.setattr(simulate_command, "simulate", lambda *a, **k: pytest.fail("simulated"))
     assert main(["simulate", "--requests", "1e12"]) == 2
     err = capsys.readouterr().err.strip()
     assert "1,000,000,000,000 requests of 256 output tokens need about" in err and "lower --requests" in err

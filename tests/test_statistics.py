@@ -81,7 +81,9 @@ def test_independence_matches_scipy_contingency():
     np.add.at(table, (x, y), 1)
     chi2, pvalue, dof, _ = stats.chi2_contingency(table, correction=False)
     assert result.statistic == pytest.approx(chi2)
-    assert result.pvalue == pytest.approx(pvalue)
+    # two-sided: twice the nearer tail of scipy's (upper-tail) chi-square law
+    assert result.pvalue == pytest.approx(min(1.0, 2 * min(pvalue, stats.chi2.cdf(chi2, dof))))
+    assert result.details["lower_tail"] == pytest.approx(1 - pvalue)
     assert result.df == dof
 
 
