@@ -127,15 +127,20 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
             terminalreporter.write_line(f"tree certificate written to {out}")
 
 
+def slow_tier_requested(config) -> bool:
+    """Whether the run asked for the slow tier: ``--specgauge-slow``, or a ``-m`` expression
+    selecting ``slow``."""
+    markexpr = str(config.getoption("markexpr", "") or "")
+    return bool(config.getoption("specgauge_slow", False)) or ("slow" in markexpr and "not slow" not in markexpr)
+
+
 def skip_unless_slow_tier(config, reason: str) -> None:
-    """Skip a slow-tier test unless the run asked for that tier (``--specgauge-slow``, or a
-    ``-m`` expression selecting ``slow``); the default ``pytest`` run stays inside its budget."""
+    """Skip a slow-tier test unless the run asked for that tier; the default ``pytest`` run
+    stays inside its budget."""
     import pytest
 
-    markexpr = str(config.getoption("markexpr", "") or "")
-    if config.getoption("specgauge_slow", False) or ("slow" in markexpr and "not slow" not in markexpr):
-        return
-    pytest.skip(f"slow tier ({reason}): run with --specgauge-slow or -m slow")
+    if not slow_tier_requested(config):
+        pytest.skip(f"slow tier ({reason}): run with --specgauge-slow or -m slow")
 
 
 def decoder_spec(config) -> str | None:

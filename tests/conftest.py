@@ -8,15 +8,30 @@ On a machine without an NVIDIA device, vLLM's and SGLang's kernels run under Tri
 interpreter, which must be on when triton is first imported: transformers imports it, so
 a test of HF models run before the backend tests would otherwise leave triton compiled
 and the interpreted kernels failing. The adapters refuse that state with a clear error.
+
+Tests marked ``slow`` are the slow tier: the default run skips them (saying how to run them),
+so that it stays inside its time budget; ``--specgauge-slow`` or ``-m slow`` runs them.
 """
 
 import glob
 import os
 
+import pytest
 from hypothesis import settings
+
+from specgauge.stattests.plugin import slow_tier_requested
 
 if not glob.glob("/dev/nvidia[0-9]*"):
     os.environ.setdefault("TRITON_INTERPRET", "1")
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
 settings.register_profile("slow", deadline=None)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if slow_tier_requested(config):
+        return
+    skip = pytest.mark.skip(reason="slow tier: run with --specgauge-slow or -m slow")
+    for item in items:
+        if item.get_closest_marker("slow"):
+            item.add_marker(skip)

@@ -270,6 +270,6 @@ def test_every_link_command_and_path_in_the_manual_is_valid(doc):
 
 def test_the_readme_is_a_front_page_with_the_ci_command():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    command = 'pip install -e ".[test]" && bash scripts/install-cpu-backends.sh && pytest'
+    command = 'pip install -e ".[test]" && bash scripts/install-cpu-backends.sh && pytest -n 2 --dist loadfile'
     assert len(readme) < 12_500
     assert command in readme and command in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
