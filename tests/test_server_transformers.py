@@ -37,7 +37,8 @@ from specgauge.stattests.server.probe import (ClientConfig, ProbeConfig, ServerE
                                               TemperatureIgnoredError, probe, read_probe)
 from specgauge.stattests.server.reference import ReferenceModel  # noqa: E402
 
-pytestmark = pytest.mark.slow
+# not the slow tier: the server gate against a real engine is what CI must see every run
+# (about 80 s on one of two idle cores)
 
 SAMPLES = 150   # per prompt: 600 requests a run, 20-50 s at concurrency 3 on 2 busy cores
 LENGTH = 3
