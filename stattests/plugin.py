@@ -72,7 +72,8 @@ def pytest_addoption(parser) -> None:
 
 def pytest_configure(config) -> None:
     """Check before collection, once, what would otherwise fail every test: that the
-    certificate CSV (--specgauge-certificate) can be written and that the decoder named
+    certificate CSV (--specgauge-certificate) can be written, by one process (under
+    pytest-xdist no process sees every row), and that the decoder named
     (--specgauge-decoder or $SPECGAUGE_DECODER) exists. A built-in whose optional package
     is missing is not refused here: its tests skip, naming the package."""
     path = config.getoption("specgauge_certificate", None)
@@ -83,6 +84,10 @@ def pytest_configure(config) -> None:
 
     from specgauge.errors import SpecgaugeError
 
+    if path and (getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput")):
+        # xdist's workers each hold part of the rows and their summaries are not shown
+        raise pytest.UsageError("--specgauge-certificate needs the suite in one process: "
+                                "drop -n (pytest-xdist), e.g. pytest stattests --specgauge-certificate PATH")
     try:
         if path:
             from specgauge.csvio import resolve_csv_target

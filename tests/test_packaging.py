@@ -110,6 +110,18 @@ def test_bad_tv_is_refused_once_at_start_up(tmp_path):
     assert (result.stdout + result.stderr).count("expected a total-variation distance in (0, 1)") == 1
 
 
+def test_a_certificate_under_xdist_is_refused_before_any_work(tmp_path):
+    """Under pytest-xdist each worker sees part of the rows and no summary is shown: the CSV
+    asked for would silently never be written, so the run stops at once and says why."""
+    pytest.importorskip("xdist")
+    result = subprocess.run([sys.executable, "-m", "pytest", str(ROOT / "stattests"), "-n", "2",
+                             "--specgauge-certificate", str(tmp_path / "c.csv"), "-p", "no:cacheprovider"],
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert result.returncode == 4, result.stdout + result.stderr  # pytest's usage error
+    assert "--specgauge-certificate needs the suite in one process" in result.stderr
+    assert not (tmp_path / "c.csv").exists()
+
+
 @pytest.mark.slow
 def test_the_wheel_installs_only_the_specgauge_package(tmp_path):
     source = tmp_path / "source"  # a copy, so the build leaves nothing in the checkout
