@@ -50,6 +50,28 @@ def test_top_logprobs_in_an_unknown_shape_is_one_line():
         _top_pairs([["a", 0.1, "extra"]])
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 0.5])
+def test_a_top_logprob_that_is_no_log_probability_is_refused(value):
+    from specgauge.stattests.server.probe import ServerError, _top_pairs
+
+    with pytest.raises(ServerError, match="not a log-probability"):
+        _top_pairs({"a": -0.1, "b": value})
+    assert _top_pairs({"a": 0.0, "b": float("-inf")}) == [["a", 0.0], ["b", float("-inf")]]
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "0.5"])
+def test_a_probe_file_with_a_top_logprob_that_is_no_log_probability_is_one_line(tmp_path, capsys, value):
+    path = _probe(tmp_path / "run.jsonl", FakeOpenAI(seed=1), samples=20)
+    lines = path.read_text().splitlines()
+    sample = json.loads(lines[1])
+    sample["top"][0][0][1] = "@"
+    lines[1] = json.dumps(sample).replace('"@"', value)
+    path.write_text("\n".join(lines) + "\n")
+    err = _one_line_error(capsys, ["compare", str(path), "--mode", "logprobs", "--csv", str(tmp_path / "c.csv")])
+    assert "a sample line is malformed" in err
+    assert not (tmp_path / "c.csv").exists()
+
+
 def test_temperature_mismatch_is_refused_naming_the_field(tmp_path, capsys):
     a = _probe(tmp_path / "a.jsonl", FakeOpenAI(), temperature=0.9)
     b = _probe(tmp_path / "b.jsonl", FakeOpenAI(), temperature=1.0)

@@ -190,16 +190,20 @@ def read_probe(path: Path | str) -> ProbeRun:
     return ProbeRun(header, records, path)
 
 
+#: A log-probability a server returns may exceed 0 by this much (rounding), no more.
+LOGPROB_ROUNDING = 1e-4
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _valid_record(r: Mapping[str, Any], n_prompts: int) -> bool:
     """A sample line as the probe writes it: the fields compare reads, of the types it reads."""
-    def pairs(row: Any) -> bool:
+    def pairs(row: Any) -> bool:  # [token, log-probability]: not NaN, not above 0 (beyond rounding)
         return isinstance(row, list) and all(isinstance(e, list) and len(e) == 2 and isinstance(e[0], str)
                                              and isinstance(e[1], (int, float)) and not isinstance(e[1], bool)
-                                             for e in row)
+                                             and e[1] <= LOGPROB_ROUNDING for e in row)
     return (_is_int(r["p"]) and 0 <= r["p"] < n_prompts and _is_int(r["s"]) and isinstance(r.get("text"), str)
             and _is_int(r.get("r", 0)) and isinstance(r.get("finish", ""), (str, type(None)))
             and isinstance(r.get("tokens", []), list) and all(isinstance(t, str) for t in r.get("tokens", []))
@@ -418,6 +422,9 @@ def _top_pairs(entry: Any) -> list[list]:
     if not all(isinstance(t, str) and isinstance(v, (int, float)) for t, v in pairs):
         raise ServerError(f"top_logprobs in an unknown shape (expected {{token: logprob}}, [{{token, logprob}}] "
                           f"or [[token, logprob]]): {json.dumps(entry)[:120]}")
+    if not all(v <= LOGPROB_ROUNDING for _, v in pairs):  # NaN fails this too
+        raise ServerError(f"top_logprobs holds a value that is not a log-probability (NaN or above 0): "
+                          f"{json.dumps(entry)[:120]}")
     return [[t, float(v)] for t, v in pairs]
 
 
