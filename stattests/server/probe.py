@@ -30,7 +30,7 @@ import specgauge
 from specgauge.errors import ConfigError, SpecgaugeError
 
 FORMAT = "specgauge-probe/1"
-POOL_SIZE = 8  # connections per HTTP client; more requests in flight use more clients
+POOL_SIZE = 4  # connections per HTTP client; more requests in flight use more clients
 BUILTIN_PROMPTS = (
     # next few tokens close to determined for any instruction-tuned or base model
     "Monday, Tuesday, Wednesday, Thursday,",
