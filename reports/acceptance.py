@@ -32,15 +32,15 @@ from typing import Any
 
 import numpy as np
 
-from specgauge.errors import SpecgaugeError
+from specgauge.errors import UsageError
 
 PROFILES_RESOURCE = ("workloads", "acceptance_profiles.json")
 VLLM_PER_POSITION_KEY = "spec_decode_per_position_acceptance_rates"
 VLLM_RATE_KEY = "spec_decode_acceptance_rate"
 
 
-class AcceptanceError(SpecgaugeError, ValueError):
-    """An ``--acceptance`` value that cannot be read as any of the four spellings."""
+class AcceptanceError(UsageError):
+    """An ``--acceptance`` value that cannot be read as any of the four spellings (exit status 2)."""
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from specgauge import validate
-from specgauge.errors import SpecgaugeError, UsageError
+from specgauge.errors import ConfigError, SpecgaugeError, UsageError, as_usage_error
 from specgauge.simulator import SimulationConfig
 from specgauge.simulator.acceptance import AcceptanceModel
 
@@ -108,8 +108,8 @@ def _values(args: argparse.Namespace, opt: Option, sweep: bool) -> list[Any]:
     for item in items:
         try:
             values.append(opt.parse(item))
-        except SpecgaugeError:
-            raise
+        except SpecgaugeError as exc:  # e.g. an α out of range: the value was given on the command line
+            raise as_usage_error(exc) from None
         except (ValueError, argparse.ArgumentTypeError) as exc:
             reason = str(exc) if isinstance(exc, argparse.ArgumentTypeError) else ""
             raise UsageError(f"invalid value {item!r} for {opt.flag}" + (f": {reason}" if reason else "")) from None
@@ -142,5 +142,8 @@ def configs_from_args(args: argparse.Namespace, acceptance: AcceptanceModel | li
         # a value of None is either "not given" (the dataclass default) or an explicit 'none'
         kwargs = {opt.field: value for opt, value in zip(options, combo)
                   if value is not None or getattr(args, opt.dest, None) is not None}
-        configs.append(SimulationConfig(**kwargs))
+        try:
+            configs.append(SimulationConfig(**kwargs))
+        except ConfigError as exc:  # a value given on the command line: a usage error (exit status 2)
+            raise as_usage_error(exc) from None
     return configs

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from specgauge.errors import SpecgaugeError
+from specgauge.errors import UsageError
 
 from .acceptance import AcceptanceSpec, parse_acceptance
 from .console import say, warn
@@ -40,8 +40,8 @@ DECISION_COLUMNS = ["decision", "scope", "batch_size", "qps", "gamma", "metric",
                     "shape"]
 
 
-class PlanError(SpecgaugeError):
-    """The plan's options do not describe a sweep that can run."""
+class PlanError(UsageError):
+    """The plan's options do not describe a sweep that can run: a usage error, exit status 2."""
 
 
 # --------------------------------------------------------------------------- decisions

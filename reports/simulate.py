@@ -9,10 +9,10 @@ import sys
 import pandas as pd
 
 from specgauge.csvio import resolve_csv_target, write_csv_atomic
-from specgauge.errors import UsageError
+from specgauge.errors import ConfigError, UsageError, as_usage_error
 from specgauge.reports.console import say, warn
 from specgauge.reports.options import add_simulation_options, configs_from_args
-from specgauge.simulator import simulate
+from specgauge.simulator import memory_plan, simulate
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -126,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     (config,) = configs_from_args(args)
+    try:  # the profiles and memory, before any work: what the options name must exist and fit
+        memory_plan(config)
+    except ConfigError as exc:
+        raise as_usage_error(exc) from None
     target = resolve_csv_target(args.csv, default_name="simulate.csv") if args.csv else None  # before any work
     for message in config.implausible():
         warn("simulate", message)

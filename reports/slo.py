@@ -15,15 +15,15 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from specgauge.errors import SpecgaugeError
+from specgauge.errors import UsageError
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 STATISTICS = ("p99", "mean", "median")
 DEFAULT_STATISTIC = "p99"
 
 
-class SLOError(SpecgaugeError, ValueError):
-    """An SLO term that is not ``METRIC:MILLISECONDS`` with a known metric."""
+class SLOError(UsageError):
+    """An SLO term that is not ``METRIC:MILLISECONDS`` with a known metric (exit status 2)."""
 
 
 @dataclass(frozen=True)

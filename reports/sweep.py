@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import pandas as pd
 
-from specgauge.errors import SpecgaugeError
+from specgauge.errors import SpecgaugeError, UsageError
 from specgauge import validate
 
 from .csvio import CsvTarget, Journal, item_key, rows_to_frame, sweep_lock, write_csv_atomic
@@ -29,8 +29,8 @@ EXECUTORS = ("serial", "process", "dask")
 Row = dict[str, Any]
 
 
-class SweepError(SpecgaugeError):
-    """The sweep cannot run as asked (bad executor options, a missing optional package)."""
+class SweepError(UsageError):
+    """The sweep cannot run as asked (bad executor options, a missing optional package): exit status 2."""
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from specgauge.errors import ConfigError
+from specgauge.errors import ConfigError, InputFileError
 from specgauge.laws import tokens_per_pass as iid_tokens_per_pass
 
 
@@ -290,7 +290,7 @@ class TraceAcceptance(_AcceptanceBase):
             with open(path, newline="") as handle:
                 rows = list(csv.DictReader(handle))
         except OSError as exc:
-            raise ConfigError(f"cannot read acceptance trace {str(path)!r}: {exc.strerror or exc}") from None
+            raise InputFileError(f"cannot read acceptance trace {str(path)!r}: {exc.strerror or exc}") from None
         if not rows or column not in rows[0]:
             raise ConfigError(f"acceptance trace {str(path)!r} has no column {column!r}")
         try:

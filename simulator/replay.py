@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specgauge.errors import ConfigError
+from specgauge.errors import ConfigError, InputFileError
 from specgauge.simulator.acceptance import _AcceptanceBase
 
 STEP_KEYS = ("accepted", "num_accepted_tokens_per_step")
@@ -52,7 +52,7 @@ class ReplayAcceptance(_AcceptanceBase):
         try:
             lines = Path(path).read_text().splitlines()
         except OSError as exc:
-            raise ConfigError(f"cannot read acceptance trace {str(path)!r}: {exc.strerror or exc}") from None
+            raise InputFileError(f"cannot read acceptance trace {str(path)!r}: {exc.strerror or exc}") from None
         traces, positional = [], None
         for number, line in enumerate(lines, 1):
             if not line.strip():

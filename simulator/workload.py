@@ -16,7 +16,7 @@ import numpy as np
 
 from specgauge import validate
 
-from specgauge.errors import ConfigError
+from specgauge.errors import ConfigError, InputFileError
 
 ARRIVALS = ("poisson", "gamma", "trace")
 LENGTH_DISTRIBUTIONS = ("fixed", "uniform", "exponential")
@@ -50,7 +50,7 @@ def read_trace(path: str | Path) -> dict[str, np.ndarray]:
         with open(path, newline="") as handle:
             rows = list(csv.DictReader(handle))
     except OSError as exc:
-        raise ConfigError(f"cannot read workload trace {str(path)!r}: {exc.strerror or exc}") from None
+        raise InputFileError(f"cannot read workload trace {str(path)!r}: {exc.strerror or exc}") from None
     if not rows:
         raise ConfigError(f"workload trace {str(path)!r} is empty")
     columns = [c for c in rows[0].keys() if c is not None]  # None: cells beyond a short (or blank) header

@@ -24,13 +24,13 @@ import numpy as np
 import pandas as pd
 
 from specgauge import __version__
-from specgauge.errors import SpecgaugeError
+from specgauge.errors import UsageError
 
 DEFAULT_DIR = Path("reports")
 JOURNAL_SUFFIX = ".partial.jsonl"
 
 
-class ReportOutputError(SpecgaugeError):
+class ReportOutputError(UsageError):
     """A report cannot be written where it was asked to go, or a journal does not match."""
 
 

@@ -14,7 +14,9 @@ class UsageError(SpecgaugeError, ValueError):
 
 
 class DecoderLoadError(SpecgaugeError):
-    """A decoder named by ``--decoder`` could not be loaded."""
+    """A decoder named by ``--decoder`` could not be loaded: a bad option value, exit status 2."""
+
+    exit_code = 2
 
 
 class InvalidDistributionError(SpecgaugeError, ValueError):
@@ -29,3 +31,8 @@ class InputFileError(ConfigError, UsageError):
     """A file or file argument the user gave is malformed (wrong type, bad cell, no rows): exit status 2."""
 
     exit_code = 2
+
+
+def as_usage_error(exc: SpecgaugeError) -> UsageError:
+    """``exc`` as a usage error (exit status 2): for a value the user gave on the command line."""
+    return exc if isinstance(exc, UsageError) else UsageError(str(exc))

@@ -15,7 +15,7 @@ def _err(capsys) -> str:
 
 @pytest.mark.parametrize("command", ["simulate", "plan"])
 def test_tp_must_divide_heads_and_kv_heads(command, tmp_path, capsys):
-    assert main([command, "--tp", "3", "--csv", str(tmp_path / "x.csv")]) == 1
+    assert main([command, "--tp", "3", "--csv", str(tmp_path / "x.csv")]) == 2
     err = _err(capsys)
     assert "--tp 3 must divide qwen3-32b's 64 attention heads and 8 KV heads" in err and "\n" not in err
     assert list(tmp_path.iterdir()) == []
@@ -24,14 +24,14 @@ def test_tp_must_divide_heads_and_kv_heads(command, tmp_path, capsys):
 def test_trace_without_arrival_trace_is_refused(tmp_path, capsys):
     trace = tmp_path / "t.csv"
     trace.write_text("arrival_s\n0\n")
-    assert main(["simulate", "--trace", str(trace)]) == 1
+    assert main(["simulate", "--trace", str(trace)]) == 2
     assert "only read with --arrival trace" in _err(capsys)
 
 
 def test_an_invalid_trace_is_refused_before_simulating(tmp_path, capsys):
     trace = tmp_path / "t.csv"
     trace.write_text("when\n0\n")
-    assert main(["simulate", "--arrival", "trace", "--trace", str(trace)]) == 1
+    assert main(["simulate", "--arrival", "trace", "--trace", str(trace)]) == 2
     err = _err(capsys)
     assert "needs a column arrival_s" in err and "\n" not in err
 
@@ -78,6 +78,6 @@ def test_a_decoder_module_in_the_working_directory_hints_at_pythonpath(tmp_path,
     (tmp_path / "mymod_not_on_path.py").write_text("class X:\n    pass\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
-    assert main(["law", "--decoder", "mymod_not_on_path:X", "--csv", str(tmp_path / "l.csv")]) == 1
+    assert main(["law", "--decoder", "mymod_not_on_path:X", "--csv", str(tmp_path / "l.csv")]) == 2
     err = _err(capsys)
     assert "mymod_not_on_path.py is in the working directory" in err and "PYTHONPATH=." in err

@@ -33,14 +33,14 @@ def test_simulate_csv_in_a_missing_folder_is_one_line_before_simulating(tmp_path
     import specgauge.reports.simulate as sim
 
     monkeypatch.setattr(sim, "simulate", lambda config: pytest.fail("simulated before checking the output path"))
-    assert cli_main(["simulate", *SMALL_SIM, "--csv", str(tmp_path / "nope" / "s.csv")]) == 1
+    assert cli_main(["simulate", *SMALL_SIM, "--csv", str(tmp_path / "nope" / "s.csv")]) == 2
     _one_line_error(capsys, "does not exist")
 
 
 def test_simulate_csv_in_a_read_only_folder_is_one_line(tmp_path, capsys):
     folder = _read_only_folder(tmp_path)
     try:
-        assert cli_main(["simulate", *SMALL_SIM, "--csv", str(folder / "s.csv")]) == 1
+        assert cli_main(["simulate", *SMALL_SIM, "--csv", str(folder / "s.csv")]) == 2
         _one_line_error(capsys, "not writable")
     finally:
         (tmp_path / "ro").chmod(0o755)
@@ -65,8 +65,8 @@ def test_certify_csv_that_cannot_be_written_is_one_line_before_certifying(tmp_pa
     path = {"directory": tmp_path, "missing": tmp_path / "nope" / "c.csv"}.get(where)
     if path is None:
         path = _read_only_folder(tmp_path) / "c.csv"
-    try:  # a folder or a missing one is a usage error (2); an unwritable folder fails at work (1)
-        assert cli_main(["certify", *SMALL_CERT, "--csv", str(path)]) == (1 if where == "read-only" else 2)
+    try:  # a folder, a missing one or an unwritable one: a bad --csv, refused before any work (2)
+        assert cli_main(["certify", *SMALL_CERT, "--csv", str(path)]) == 2
         _one_line_error(capsys, {"directory": "is a folder", "read-only": "not writable", "missing": "does not exist"}[where])
     finally:
         if (tmp_path / "ro").exists():

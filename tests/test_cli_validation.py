@@ -158,3 +158,23 @@ def test_simulate_refuses_a_run_larger_than_this_machines_memory_before_any_work
     err = capsys.readouterr().err.strip()
     assert "1,000,000,000,000 requests of 256 output tokens need about" in err and "lower --requests" in err
     assert err.count("error:") == 1 and "warning" not in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["simulate", "--gamma", "-1"], "gamma must be an integer >= 0"),
+    (["simulate", "--alpha", "2"], "alpha must be in [0, 1]"),
+    (["simulate", "--gpu", "nosuch"], "unknown GPU 'nosuch'"),
+    (["plan", "--gamma", "1,-1", "--no-progress"], "gamma must be an integer >= 0"),
+    (["plan", "--acceptance", "/nonexistent/trace.jsonl", "--no-progress"], "cannot read acceptance trace"),
+    (["plan", "--slo", "latency:3", "--no-progress"], "unknown SLO metric"),
+    (["certify", "--decoder", "nosuch_module_xyz:X"], "cannot import module 'nosuch_module_xyz'"),
+    (["compare", "/nonexistent/run.jsonl"], "cannot read '/nonexistent/run.jsonl'"),
+    (["simulate", "--csv", "/nonexistent/s.csv"], "does not exist"),
+], ids=["simulate-gamma", "simulate-alpha", "simulate-gpu", "plan-gamma", "plan-acceptance-file", "plan-slo",
+        "certify-decoder", "compare-file", "simulate-csv-folder"])
+def test_what_the_user_gave_wrong_is_exit_status_2_before_any_work(argv, message, capsys):
+    """Exit status 1 is kept for a failed verdict or a failure while working; a value, a name
+    or a file the user gave that cannot serve is a usage error, found before any work."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err

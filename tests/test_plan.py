@@ -94,12 +94,12 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, extra, messa
     out.mkdir()
     code = cli.main(["plan", "--requests", "5", "--no-progress", "--csv", str(out / "p.csv")] + extra)
     err = capsys.readouterr().err
-    assert code == 1 and message in err and err.count("\n") == 1, err
+    assert code == 2 and message in err and err.count("\n") == 1, err  # usage errors
     assert list(out.iterdir()) == []
 
 
 def test_csv_in_a_missing_folder(tmp_path, capsys):
-    assert cli.main(["plan", "--requests", "5", "--csv", str(tmp_path / "missing" / "p.csv")]) == 1
+    assert cli.main(["plan", "--requests", "5", "--csv", str(tmp_path / "missing" / "p.csv")]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
 

@@ -78,7 +78,7 @@ def test_simulate_command_writes_a_byte_identical_csv(tmp_path, capsys):
     (["--qps", "-1"], "qps"),
 ])
 def test_simulate_command_refuses_bad_input_in_one_line(argv, message, capsys):
-    assert cli_main(["simulate", *argv]) == 1
+    assert cli_main(["simulate", *argv]) == 2  # a usage error
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 import specgauge
-from specgauge.errors import ConfigError, SpecgaugeError
+from specgauge.errors import ConfigError, InputFileError, SpecgaugeError
 
 FORMAT = "specgauge-probe/1"
 POOL_SIZE = 4  # connections per HTTP client; more requests in flight use more clients
@@ -138,7 +138,7 @@ def load_prompts(path: Path | str | None) -> list[str]:
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as exc:
-        raise ConfigError(f"cannot read prompts {str(path)!r}: {exc.strerror}") from None
+        raise InputFileError(f"cannot read prompts {str(path)!r}: {exc.strerror}") from None
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -172,7 +172,7 @@ def read_probe(path: Path | str) -> ProbeRun:
     try:
         lines = path.read_bytes().split(b"\n")
     except OSError as exc:
-        raise ConfigError(f"cannot read {str(path)!r}: {exc.strerror}") from None
+        raise InputFileError(f"cannot read {str(path)!r}: {exc.strerror}") from None
     header = _parse(lines[0]) if lines else None
     if not header or header.get("format") != FORMAT:
         raise ConfigError(f"{path} is not a specgauge probe file (no {FORMAT} header)")
