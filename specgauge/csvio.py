@@ -24,14 +24,22 @@ import numpy as np
 import pandas as pd
 
 from specgauge import __version__
-from specgauge.errors import UsageError
+from specgauge.errors import SpecgaugeError, UsageError
 
 DEFAULT_DIR = Path("reports")
 JOURNAL_SUFFIX = ".partial.jsonl"
 
 
-class ReportOutputError(UsageError):
+class ReportOutputError(SpecgaugeError):
     """A report cannot be written where it was asked to go, or a journal does not match."""
+
+
+class ReportPathError(ReportOutputError, UsageError):
+    """The path given for a report cannot take it (a folder, a missing or unwritable one),
+    found before any work: a usage error, exit status 2. A report held by another run or a
+    write that fails while working stays a :class:`ReportOutputError` (exit status 1)."""
+
+    exit_code = 2
 
 
 def specgauge_version() -> str:
@@ -82,19 +90,19 @@ def resolve_csv_target(path: Path | str | None, default_name: str, flag: str = "
     else:
         target = Path(path)
         if target.is_dir():
-            raise ReportOutputError(f"{flag} {str(target)!r} is a folder; name a .csv file inside it")
+            raise ReportPathError(f"{flag} {str(target)!r} is a folder; name a .csv file inside it")
         if target.suffix.lower() != ".csv":
-            raise ReportOutputError(f"{flag} must name a .csv file, got {str(target)!r}")
+            raise ReportPathError(f"{flag} must name a .csv file, got {str(target)!r}")
     folder = target.parent
     if not folder.is_dir():
-        raise ReportOutputError(f"cannot write {str(target)!r}: folder {str(folder)!r} does not exist")
+        raise ReportPathError(f"cannot write {str(target)!r}: folder {str(folder)!r} does not exist")
     try:  # os.access is wrong for root and for some mounts: try it for real
         with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{target.name}.", suffix=".probe"):
             pass
     except OSError as exc:
-        raise ReportOutputError(f"cannot write {str(target)!r}: folder {str(folder)!r} is not writable ({exc.strerror})") from None
+        raise ReportPathError(f"cannot write {str(target)!r}: folder {str(folder)!r} is not writable ({exc.strerror})") from None
     if target.exists() and not os.access(target, os.W_OK) and os.geteuid() != 0:
-        raise ReportOutputError(f"cannot write {str(target)!r}: the file exists and is read-only")
+        raise ReportPathError(f"cannot write {str(target)!r}: the file exists and is read-only")
     return CsvTarget(target)
 
 
