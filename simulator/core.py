@@ -226,7 +226,6 @@ def simulate(config: SimulationConfig, progress: Callable[[int, int], None] | No
     when given, is called with (requests admitted, total) over both runs.
     """
     prepared = prepare(config)
-    if progress is None:
-        return build_row(prepared, *run_pair(prepared))
     total = len(prepared.workload.arrival) * (2 if config.speculative else 1)
-    return build_row(prepared, *run_pair(prepared, lambda admitted: progress(admitted, total)))
+    hook = None if progress is None else (lambda admitted: progress(admitted, total))
+    return build_row(prepared, *run_pair(prepared, hook))
