@@ -20,14 +20,14 @@ CONFIG = SimulationConfig(gpu="h200", target="qwen3-32b", draft="qwen3-0.6b", ga
                           prompt_len=512, output_len=256, seed=0)
 
 
-def test_simulated_tokens_per_second(benchmark, monkeypatch):
+def test_simulated_tokens_per_second(benchmark, monkeypatch, speed_target):
     walls: list[float] = []
     spec_walls: list[float] = []
     run = engine.Engine.run
 
-    def timed_run(self):
+    def timed_run(self, *args, **kwargs):
         start = time.process_time()
-        stats = run(self)
+        stats = run(self, *args, **kwargs)
         if self.p.speculative:
             spec_walls.append(time.process_time() - start)
         return stats
@@ -45,7 +45,7 @@ def test_simulated_tokens_per_second(benchmark, monkeypatch):
     spec_rate = tokens / min(spec_walls)
     benchmark.extra_info.update(simulated_output_tokens_per_s=rate, speculative_run_tokens_per_s=spec_rate)
     print(f"\nsimulated output tokens per CPU second: {rate:,.0f} (pair), {spec_rate:,.0f} (speculative run alone)")
-    assert rate >= 1_000_000
+    speed_target(rate >= 2_000_000, f"the simulator runs {rate:,.0f} tokens per CPU second (target 2,000,000)")
 
 
 FITTED = {
@@ -73,7 +73,7 @@ def _pair_rate(config: SimulationConfig) -> float:
     return 2 * row["total_output_tokens"] / best
 
 
-def test_fitted_model_and_trees_keep_the_speed(benchmark):
+def test_fitted_model_and_trees_keep_the_speed(benchmark, speed_target):
     """The published step fit, the EAGLE proposer, a 16-node tree and a MoE target with MTP at batch cap 64:
     at least 2 million simulated output tokens a CPU second, and no slower than half the
     datasheet-prior scenario measured in the same run."""
@@ -82,5 +82,6 @@ def test_fitted_model_and_trees_keep_the_speed(benchmark):
     benchmark.extra_info.update({f"{k}_tokens_per_s": v for k, v in rates.items()})
     print("\n" + ", ".join(f"{k}: {v:,.0f} tokens/s" for k, v in rates.items()))
     for name in FITTED:
-        assert rates[name] >= 2_000_000, (name, rates[name])
-        assert rates[name] / rates["prior"] >= 0.5, (name, rates)
+        speed_target(rates[name] >= 2_000_000, f"{name}: {rates[name]:,.0f} tokens per CPU second (target 2,000,000)")
+        speed_target(rates[name] / rates["prior"] >= 0.5,
+                     f"{name}: {rates[name] / rates['prior']:.2f}x the prior scenario's rate (target 0.5x)")

@@ -1,20 +1,39 @@
-"""Identity testing against a known p with a worst-case (minimax) detectable TV.
+"""Instance-optimal identity testing against a known p, with a worst-case detectable TV.
 
-The statistic is Acharya, Daskalakis & Kamath's (NeurIPS 2015) chi-square-type sum with
-its bias removed, Z = Σ_i w_i ((N_i − λ_i)² − N_i), λ_i = n p_i, weighted by
-w_i = 1 / max(λ_i, 1): tokens expected at least once get ADK's 1/λ_i, rarer ones weight 1
-(the light tokens, handled by their collisions rather than by 1/λ_i, whose single hits
-would otherwise dominate). Under the null E[Z] ≈ 0; under any alternative q at TV ε,
-E[Z] = n² Σ w_i (q_i − p_i)² ≥ 4 n² ε² / Σ_i max(λ_i, 1) by Cauchy–Schwarz, with equality
-in the least-favourable direction δ_i ∝ ±max(λ_i, 1), Paninski's paired perturbations of
-many small masses generalised to a non-uniform p. So the test reaches the √V/ε² order of
-Paninski (2008) and Valiant & Valiant (2014) rather than the V/ε² of learning p.
+The test splits p's support three ways (Valiant & Valiant 2014; Balakrishnan & Wasserman
+2019): the heaviest token H, the light tail T (the lightest tokens, holding mass p(T)), and
+the middle M. H and T are tested on their counts (exact two-sided binomial tests); M with
+the bias-corrected, weighted chi-square, written as a U-statistic of the n draws,
 
-The null law is simulated exactly (p is known: Multinomial(n, p) counts, vectorised,
-from a generator seeded by the caller), and its critical value at the false-fail rate
-comes from the Pearson type III law with Z's exact mean and variance (from the
-multinomial's factorial moments) and the simulated skewness (raised by two of its
-standard errors: a heavier right tail). No asymptotic χ² is involved. The p-value of an observed Z is that law's upper tail.
+    Z = Σ_{a≠b} Σ_{i∈M} w_i (1[X_a=i] − p_i)(1[X_b=i] − p_i)
+      = Σ_{i∈M} w_i (N_i (N_i − 1) − 2 (n − 1) p_i N_i + n (n − 1) p_i²),
+
+so E_q[Z] = n (n − 1) D with D = Σ_M w_i δ_i², δ = q − p, for ANY law q of the draws, and
+E_p[Z] = 0 exactly. Weights are w_i = max(p_i, θ)^(−a): a = 2/3 (Valiant & Valiant's
+p^(−2/3)) or a = 1 with θ = 1/n (Acharya, Daskalakis & Kamath's weighting, better where the
+chi-square regime rules: few tokens, many draws). Which split and weighting is used is
+fixed before looking at the counts: the one whose worst-case figure is smallest for this
+(n, p) and these rates.
+
+The guarantee (docs/gate.md derives it). Any q at TV ε has 2ε = |δ_H| + Σ_T|δ_i| + Σ_M|δ_i|,
+Σ_T|δ_i| ≤ 2 p(T) + (q(T) − p(T)), and Σ_M|δ_i| ≤ √(D Σ_M 1/w_i) (Cauchy–Schwarz). So
+if ε ≥ (x* + y* + 2 p(T) + s*) / 2, one of |δ_H| ≥ x*, q(T) − p(T) ≥ y*, or
+D ≥ s*² / Σ_M 1/w_i holds, and the matching sub-test rejects with probability ≥ 1 − β:
+x*, y* exactly (binomial power), s* from Z's exact mean and a variance bound that holds
+for every q with that D (U-statistic decomposition: Var Z = 2n(n−1)(2(n−2) ζ₁ + ζ₂),
+ζ₁ ≤ A D + √w_max D^{3/2}, √ζ₂ ≤ √(Σ w²p²) + √(w_max D) + D, A = max_M w_i p_i).
+Two figures come from that bound:
+
+* ``min_detectable_tv`` takes Z's lower tail under the alternative as normal
+  (E − z_β sd ≥ c): approximate in that one step, and checked by simulation on every
+  fixture shape in the hardest directions (tests/test_power.py);
+* ``details["proven_tv"]`` replaces the normal tail by Bernstein's inequality on Z's
+  linear (Hájek) part and Cantelli's on its degenerate part, each at β/2: proven, looser.
+
+The null law is simulated exactly (Multinomial(n, p) draws from a generator seeded by the
+caller: one seed, one certificate); the critical value of Z at the false-fail rate comes
+from the Pearson III law with Z's exact null mean (0) and variance and the simulated
+skewness raised by two standard errors. No asymptotic χ² is involved.
 """
 
 from __future__ import annotations
@@ -31,15 +50,17 @@ from specgauge.errors import InvalidDistributionError
 from specgauge.stattests.core.statistics import (DEFAULT_FALSE_FAIL, DEFAULT_FALSE_PASS, TestResult,
                                                  _occurrence_min_tv, _validate_rates, validate_probs)
 
-#: Tokens expected fewer times than this are weighted as if expected this often.
-LAMBDA_FLOOR = 1.0
 #: Null replicates simulated per (n, p).
 NULL_REPLICATES = 1000
+#: Light-tail masses tried for the split (besides no tail).
+TAIL_MASSES = tuple(float(t) for t in np.geomspace(1e-5, 0.5, 28))
+#: (weight exponent a, floor θ in units of 1/n) tried for the middle.
+WEIGHTINGS = ((2.0 / 3.0, 0.0), (1.0, 1.0))
 
 
 @dataclass(frozen=True)
 class NullLaw:
-    """The simulated null law of Z for one (n, p): its first three moments, and the
+    """The simulated null law of Z for one (n, p, split): its first three moments, and the
     Pearson III law matched to them that gives tails beyond the simulation's reach."""
 
     mean: float
@@ -58,33 +79,90 @@ class NullLaw:
         return float(stats.pearson3.isf(rate, self.skew, loc=self.mean, scale=self.sd))
 
 
-def _weights(n: int, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    lam = n * p
-    return lam, 1.0 / np.maximum(lam, LAMBDA_FLOOR)
+@dataclass(frozen=True, eq=False)
+class Split:
+    """How one (n, p) is tested: the heaviest token (−1: none), the light tail, the middle's
+    weights (0 outside M), and the worst-case figures that choice gives."""
+
+    heavy: int
+    tail: np.ndarray  # bool mask over p's positive entries
+    weights: np.ndarray  # w_i on M, 0 on H and T
+    exponent: float
+    tail_mass: float
+    heavy_shift: float  # x*: |δ_H| detected with power 1 − β
+    tail_shift: float  # y*: q(T) − p(T) detected with power 1 − β
+    middle_l1: float  # s*: Σ_M |δ_i| detected (normal tail)
+    middle_l1_proven: float  # s* with Bernstein + Cantelli
+
+    @property
+    def parts(self) -> int:
+        return 1 + (self.heavy >= 0) + bool(self.tail.any())
+
+    @property
+    def tv(self) -> float:
+        return 0.5 * (self.heavy_shift + self.tail_shift + 2 * self.tail_mass + self.middle_l1)
+
+    @property
+    def proven_tv(self) -> float:
+        return 0.5 * (self.heavy_shift + self.tail_shift + 2 * self.tail_mass + self.middle_l1_proven)
+
+
+# ---------------------------------------------------------------- the statistic and its moments
+
+
+def middle_statistic(counts: np.ndarray, p: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Z of each row of ``counts`` (the U-statistic above; exactly mean 0 under p)."""
+    counts = np.asarray(counts, dtype=np.float64)
+    n = counts.sum(axis=-1, keepdims=True)
+    return (w * (counts * (counts - 1) - 2 * (n - 1) * p * counts + n * (n - 1) * p * p)).sum(axis=-1)
 
 
 def identity_statistic(counts: np.ndarray, p: np.ndarray) -> float:
-    """Z = Σ w ((N − λ)² − N) over the tokens p allows (``p`` > 0, ``counts`` aligned)."""
-    n = float(counts.sum())
-    lam, w = _weights(n, p)
-    return float((w * ((counts - lam) ** 2 - counts)).sum())
+    """Z with Valiant & Valiant's weights p^(−2/3) over every token (no split): for reading."""
+    return float(middle_statistic(counts, p, np.where(p > 0, p, 1.0) ** (-2.0 / 3.0)))
 
 
-def _simulate(n: int, p: np.ndarray, replicates: int, rng: np.random.Generator) -> np.ndarray:
+def null_variance(n: int, p: np.ndarray, w: np.ndarray) -> float:
+    """Var_p Z = 2 n (n − 1) ζ₂, ζ₂ = Σ w²p² − 2 Σ w²p³ + (Σ w p²)² (ζ₁ = 0 under p)."""
+    zeta2 = float((w * w * p * p).sum() - 2 * (w * w * p ** 3).sum() + (w * p * p).sum() ** 2)
+    return 2.0 * n * (n - 1.0) * max(zeta2, 0.0)
+
+
+def alternative_moments(n: int, p: np.ndarray, q: np.ndarray, w: np.ndarray) -> tuple[float, float]:
+    """E_q Z and Var_q Z exactly, for n draws from q: n(n−1)D and 2n(n−1)(2(n−2)ζ₁ + ζ₂).
+
+    ζ₁ = Var(w_X δ_X), ζ₂ = Var h(X, Y) with h(x, y) = Σ w (e_x − p)(e_y − p): E h² =
+    Σ_ij w_i w_j M_ij², M = diag(q) − q pᵀ − p qᵀ + p pᵀ (rank two besides the diagonal).
+    """
+    d = q - p
+    big_d = float((w * d * d).sum())
+    v = w * d
+    zeta1 = float((q * v * v).sum() - (q * v).sum() ** 2)
+    # M = diag(q) − R, R = q pᵀ + p qᵀ − p pᵀ = Σ_k a_k b_kᵀ
+    a_vecs, b_vecs = (q, p, -p), (p, q, p)
+    r_diag = 2 * q * p - p * p
+    cross = sum(float((w * a_vecs[k] * a_vecs[m]).sum()) * float((w * b_vecs[k] * b_vecs[m]).sum())
+                for k in range(3) for m in range(3))
+    eh2 = float((w * w * q * q).sum() - 2 * (w * w * q * r_diag).sum()) + cross
+    zeta2 = max(eh2 - big_d * big_d, 0.0)
+    return n * (n - 1.0) * big_d, 2.0 * n * (n - 1.0) * (2 * (n - 2.0) * max(zeta1, 0.0) + zeta2)
+
+
+def _simulate(n: int, p: np.ndarray, w: np.ndarray, replicates: int, rng: np.random.Generator) -> np.ndarray:
     """Z of ``replicates`` Multinomial(n, p) draws, vectorised: a matrix of counts when the
-    vocabulary is small, else the draws themselves (only tokens drawn matter)."""
-    lam, w = _weights(n, p)
+    vocabulary is small, else the sorted draws themselves (only tokens drawn matter)."""
     if p.size * replicates <= 4_000_000 or n >= p.size:
         out = np.empty(replicates)
         step = max(1, 4_000_000 // p.size)
         for start in range(0, replicates, step):
-            c = rng.multinomial(n, p, size=min(step, replicates - start)).astype(np.float64)
-            out[start:start + c.shape[0]] = (w * ((c - lam) ** 2 - c)).sum(axis=1)
+            c = rng.multinomial(n, p, size=min(step, replicates - start))
+            out[start:start + c.shape[0]] = middle_statistic(c, p, w)
         return out
-    # Z = Σ_t w_t N_t (N_t − 1) − 2 Σ_draws w λ + Σ w λ²; with each replicate's draws sorted,
-    # Σ_t N_t (N_t − 1) / 2 counts, for every draw, the equal draws sorted before it
+    # Z = Σ_t w_t N_t (N_t − 1) − 2 (n − 1) Σ_draws w p + n (n − 1) Σ w p²; with each
+    # replicate's draws sorted, Σ_t N_t (N_t − 1) / 2 counts, for every draw, the equal
+    # draws sorted before it
     cdf = np.cumsum(p)
-    constant = float((w * lam * lam).sum())
+    constant = n * (n - 1.0) * float((w * p * p).sum())
     out = np.empty(replicates)
     step = max(1, 4_000_000 // max(n, 1))
     index = np.arange(n)
@@ -96,26 +174,9 @@ def _simulate(n: int, p: np.ndarray, replicates: int, rng: np.random.Generator) 
         new_run[:, 1:] = tokens[:, 1:] != tokens[:, :-1]
         run_start = np.maximum.accumulate(np.where(new_run, index, 0), axis=1)
         wt = w[tokens]
-        out[start:start + r] = (2 * (wt * (index - run_start)).sum(axis=1) - 2 * (wt * lam[tokens]).sum(axis=1)
-                                + constant)
+        out[start:start + r] = (2 * (wt * (index - run_start)).sum(axis=1)
+                                - 2 * (n - 1.0) * (wt * p[tokens]).sum(axis=1) + constant)
     return out
-
-
-def exact_moments(n: int, p: np.ndarray) -> tuple[float, float]:
-    """Mean and variance of Z under Multinomial(n, p), exactly, from factorial moments.
-
-    Z = A − B + Σ w λ² with A = Σ w N(N − 1), B = Σ c N, c = 2 w λ; the multinomial's
-    E[N_i^(a) N_j^(b)] = n^(a+b) p_i^a p_j^b (i ≠ j) and N^(2)·N^(2) = N^(4) + 4 N^(3) + 2 N^(2).
-    """
-    lam, w = _weights(n, p)
-    c = 2 * w * lam
-    n2, n3, n4 = n * (n - 1.0), n * (n - 1.0) * (n - 2.0), n * (n - 1.0) * (n - 2.0) * (n - 3.0)
-    wp2, cp = float((w * p * p).sum()), float((c * p).sum())
-    mean_a, mean_b = n2 * wp2, n * cp
-    var_a = n4 * wp2 ** 2 + 4 * n3 * float((w * w * p ** 3).sum()) + 2 * n2 * float((w * w * p * p).sum()) - mean_a ** 2
-    var_b = n2 * cp ** 2 + n * float((c * c * p).sum()) - mean_b ** 2
-    cov = n3 * wp2 * cp + 2 * n2 * float((w * c * p * p).sum()) - mean_a * mean_b
-    return mean_a - mean_b + float((w * lam * lam).sum()), max(var_a + var_b - 2 * cov, 0.0)
 
 
 def replicates_for(n: int, size: int, replicates: int = NULL_REPLICATES) -> int:
@@ -123,70 +184,234 @@ def replicates_for(n: int, size: int, replicates: int = NULL_REPLICATES) -> int:
     return int(min(20_000, max(replicates, 200_000 // max(min(n, size), 1))))
 
 
-@lru_cache(maxsize=256)
-def _null_cached(n: int, key: bytes, seed: int, replicates: int) -> NullLaw:
+# ---------------------------------------------------------------- the worst-case figures
+
+
+def _binomial_region(n: int, p: float, rate: float) -> tuple[int, int]:
+    """(a, b): reject N ≤ a or N ≥ b, each side at most ``rate`` / 2 under Binomial(n, p)."""
+    b = int(stats.binom.isf(rate / 2, n, p)) + 1
+    while b > 0 and stats.binom.sf(b - 2, n, p) <= rate / 2:
+        b -= 1
+    a = int(stats.binom.ppf(rate / 2, n, p))
+    while a >= 0 and stats.binom.cdf(a, n, p) > rate / 2:
+        a -= 1
+    return a, b
+
+
+def binomial_pvalue(k: float, n: int, p: float) -> float:
+    """Two-sided p-value of k successes: twice the smaller tail."""
+    return float(min(1.0, 2 * min(stats.binom.cdf(k, n, p), stats.binom.sf(k - 1, n, p))))
+
+
+def _binomial_shift(n: int, p: float, rate: float, beta: float, lower: bool) -> float:
+    """The smallest x with P(reject) ≥ 1 − β when the success probability is p + x (p − x
+    with ``lower``); the two-sided region at ``rate``. A shift beyond [0, 1] cannot happen:
+    then the room left (and the other side covers it)."""
+    a, b = _binomial_region(n, p, rate)
+    room = p if lower else 1.0 - p
+    if room <= 0:
+        return 0.0
+
+    def short(x: float) -> float:
+        if lower:
+            return float(stats.binom.cdf(a, n, max(p - x, 0.0))) - (1 - beta) if a >= 0 else -1.0
+        return float(stats.binom.sf(b - 1, n, min(p + x, 1.0))) - (1 - beta)
+
+    if short(room) < 0:
+        return room + 1e-12  # never detected on this side: the whole room is left to it
+    return float(optimize.brentq(short, 0.0, room, xtol=1e-9)) if short(0.0) < 0 else 0.0
+
+
+def _root(margin, hi: float = 1.0) -> float:
+    """The smallest D from which ``margin`` stays non-negative (inf when it never does)."""
+    while margin(hi) < 0:
+        hi *= 4.0
+        if hi > 1e12:
+            return math.inf
+    grid = np.geomspace(hi * 1e-16, hi, 160)
+    ok = np.array([margin(x) >= 0 for x in grid])
+    if ok.all():
+        return float(grid[0])
+    last = int(np.flatnonzero(~ok).max())
+    return float(optimize.brentq(margin, grid[last], grid[last + 1], xtol=grid[last] * 1e-6))
+
+
+@dataclass(frozen=True)
+class _Middle:
+    """The summaries of M the variance bound needs."""
+
+    sum_inverse: float  # Σ 1/w
+    s2: float  # √Σ w²p²
+    swp2: float  # Σ w p²
+    a_max: float  # max w p
+    w_max: float
+
+
+def _variance_bound(n: int, m: _Middle, d: float) -> tuple[float, float]:
+    """(bound on 4n(n−1)²ζ₁ ... as the linear part's variance, bound on Var of the degenerate part)."""
+    zeta1 = m.a_max * d + math.sqrt(m.w_max) * d ** 1.5
+    root2 = m.s2 + math.sqrt(m.w_max * d) + d
+    return 4.0 * n * (n - 1.0) ** 2 * zeta1, 2.0 * n * (n - 1.0) * root2 * root2
+
+
+def _middle_shift(n: int, m: _Middle, critical: float, beta: float, proven: bool) -> float:
+    """s*: the Σ_M |δ| from which Z exceeds ``critical`` with probability ≥ 1 − β for every q."""
+    if n < 2 or m.sum_inverse <= 0:
+        return math.inf
+    if proven:
+        half = beta / 2
+        log_b, k = math.log(1 / half), (1 - half) / half
+
+        def margin(d: float) -> float:
+            lin, deg = _variance_bound(n, m, d)
+            b = 2 * (n - 1.0) * (d + math.sqrt(m.swp2 * d) + m.a_max)  # the linear terms' downward range
+            t1 = b * log_b / 3 + math.sqrt((b * log_b / 3) ** 2 + 2 * log_b * lin)  # Bernstein
+            return n * (n - 1.0) * d - critical - t1 - math.sqrt(k * deg)  # Cantelli
+    else:
+        z = stats.norm.isf(beta)
+
+        def margin(d: float) -> float:
+            lin, deg = _variance_bound(n, m, d)
+            return n * (n - 1.0) * d - critical - z * math.sqrt(lin + deg)
+    d_star = _root(margin)
+    return math.sqrt(d_star * m.sum_inverse) if math.isfinite(d_star) else math.inf
+
+
+def _analytic_critical(n: int, p: np.ndarray, w: np.ndarray, rate: float) -> float:
+    """Z's critical value from its exact variance and the Poissonized third cumulant
+    (κ₃ = Σ w³ (4λ² + 8λ³)): for choosing a split and for sizing, never for a verdict."""
+    var = null_variance(n, p, w)
+    if var <= 0:
+        return 0.0
+    lam = n * p
+    k3 = float((w ** 3 * (4 * lam ** 2 + 8 * lam ** 3)).sum())
+    return float(stats.pearson3.isf(rate, k3 / var ** 1.5, loc=0.0, scale=math.sqrt(var)))
+
+
+def _weights(p: np.ndarray, n: int, exponent: float, floor: float) -> np.ndarray:
+    return np.maximum(p, floor / max(n, 1)) ** (-exponent)
+
+
+def _candidates(n: int, p: np.ndarray, rate: float, beta: float):
+    """Every (heavy, tail size, weighting) tried, in the sorted order of p, with its
+    analytic figure: the split is chosen on these alone, before any count is seen."""
+    order = np.argsort(p, kind="stable")
+    for split_heavy in (False, True):
+        rest = order[:-1] if split_heavy and p.size > 1 else order
+        heavy = int(order[-1]) if split_heavy and p.size > 1 else -1
+        cum = np.cumsum(p[rest])
+        cuts = sorted({0, *(int(np.searchsorted(cum, t, side="right")) for t in TAIL_MASSES)})
+        cuts = [t for t in cuts if t < rest.size]
+        for exponent, floor in WEIGHTINGS:
+            w_sorted = _weights(p[rest], n, exponent, floor)
+            ps = p[rest]
+            # suffix sums over M = rest[t:]
+            inv = np.cumsum((1 / w_sorted)[::-1])[::-1]
+            s22 = np.cumsum((w_sorted * w_sorted * ps * ps)[::-1])[::-1]
+            swp2 = np.cumsum((w_sorted * ps * ps)[::-1])[::-1]
+            a_max = np.maximum.accumulate((w_sorted * ps)[::-1])[::-1]
+            w_max = np.maximum.accumulate(w_sorted[::-1])[::-1]
+            for t in cuts:
+                yield heavy, rest, t, (float(cum[t - 1]) if t else 0.0), exponent, floor, _Middle(
+                    float(inv[t]), math.sqrt(float(s22[t])), float(swp2[t]), float(a_max[t]), float(w_max[t]))
+
+
+def _split_figures(n: int, p: np.ndarray, heavy: int, tail_mass: float, parts: int, rate: float,
+                   beta: float) -> tuple[float, float]:
+    """(x*, y*) of the heavy and tail count tests, each at ``rate`` / ``parts``."""
+    share = rate / parts
+    x = 0.0
+    if heavy >= 0:
+        x = max(_binomial_shift(n, float(p[heavy]), share, beta, False),
+                _binomial_shift(n, float(p[heavy]), share, beta, True))
+    y = _binomial_shift(n, tail_mass, share, beta, False) if tail_mass > 0 else 0.0
+    return x, y
+
+
+@lru_cache(maxsize=512)
+def _choose(n: int, key: bytes, rate: float, beta: float) -> tuple:
+    """The split with the smallest analytic worst-case figure (heavy, tail cut, weighting)."""
     p = np.frombuffer(key, dtype=np.float64)
+    best, best_tv = None, math.inf
+    binom_cache: dict = {}
+    for heavy, rest, t, tail_mass, exponent, floor, m in _candidates(n, p, rate, beta):
+        parts = 1 + (heavy >= 0) + (t > 0)
+        w = np.zeros_like(p)
+        w[rest[t:]] = _weights(p[rest[t:]], n, exponent, floor)
+        ck = (heavy, tail_mass, parts)
+        if ck not in binom_cache:
+            binom_cache[ck] = _split_figures(n, p, heavy, tail_mass, parts, rate, beta)
+        x, y = binom_cache[ck]
+        if 0.5 * (x + y + 2 * tail_mass) >= best_tv:
+            continue
+        critical = _analytic_critical(n, p, w, rate / parts)
+        s = _middle_shift(n, m, critical, beta, proven=False)
+        tv = 0.5 * (x + y + 2 * tail_mass + s)
+        if tv < best_tv:
+            best, best_tv = (heavy, t, exponent, floor), tv
+    return best if best is not None else (-1, 0, 2.0 / 3.0, 0.0)
+
+
+@lru_cache(maxsize=512)
+def _null_cached(n: int, key: bytes, heavy: int, t: int, exponent: float, floor: float, seed: int,
+                 replicates: int) -> tuple[NullLaw, np.ndarray, np.ndarray]:
+    """(null law of Z, weights, tail mask) for one split, simulated from [seed, n, crc(p)]."""
+    p = np.frombuffer(key, dtype=np.float64)
+    order = np.argsort(p, kind="stable")
+    rest = order[:-1] if heavy >= 0 else order
+    tail = np.zeros(p.size, dtype=bool)
+    tail[rest[:t]] = True
+    w = np.zeros_like(p)
+    w[rest[t:]] = _weights(p[rest[t:]], n, exponent, floor)
     replicates = replicates_for(n, p.size, replicates)
-    z = _simulate(n, p, replicates, np.random.default_rng([seed, n, zlib.crc32(key)]))
-    mean, variance = exact_moments(n, p)
-    sd = math.sqrt(variance)
-    skew = float(((z - mean) ** 3).mean() / variance ** 1.5) if variance > 0 else 0.0
-    return NullLaw(mean, sd, skew + 2.0 * math.sqrt(6.0 / replicates), replicates)
+    z = _simulate(n, p, w, replicates, np.random.default_rng([seed, n, zlib.crc32(key)]))
+    var = null_variance(n, p, w)
+    sd = math.sqrt(var)
+    skew = float((z ** 3).mean() / var ** 1.5) if var > 0 else 0.0
+    return NullLaw(0.0, sd, skew + 2.0 * math.sqrt(6.0 / replicates), replicates), w, tail
 
 
-def null_law(n: int, p: np.ndarray, seed: int = 0, replicates: int = NULL_REPLICATES) -> NullLaw:
-    """The simulated null law of Z for n draws of ``p`` (positive entries only), cached
-    per (n, p, seed): positions and fixtures that share a distribution share the draws."""
-    p = np.ascontiguousarray(p[p > 0], dtype=np.float64)
-    return _null_cached(int(n), p.tobytes(), int(seed), int(replicates))
-
-
-def _poisson_variance(n: int, p: np.ndarray, q: np.ndarray) -> float:
-    """Var Z when the n draws come from q (Poissonized): Σ w² (2 n² q² + 4 n³ q δ²)."""
-    _, w = _weights(n, p)
-    d = q - p
-    return float((w * w * (2 * n * n * q * q + 4 * n ** 3 * q * d * d)).sum())
-
-
-def _least_favourable(n: int, p: np.ndarray, tv: float) -> tuple[float, np.ndarray]:
-    """E[Z]'s lower bound at TV ``tv`` (the Cauchy–Schwarz direction) and that direction's
-    |δ|: δ_i ∝ max(λ_i, 1), the masses raised or lowered by a random sign."""
-    lam, _ = _weights(n, p)
-    a = np.maximum(lam, LAMBDA_FLOOR)
-    return 4.0 * n * n * tv * tv / a.sum(), 2.0 * tv * a / a.sum()
-
-
-def _min_tv(n: int, p: np.ndarray, critical: float, null_sd: float, false_pass_rate: float) -> float:
-    """Smallest TV whose least-favourable alternative has E[Z] − z_β sd_alt above the critical value."""
-    if n <= 0:
-        return math.inf
-    z_beta = stats.norm.isf(false_pass_rate)
-
-    def margin(tv: float) -> float:
-        mean, delta = _least_favourable(n, p, tv)
-        sd = math.sqrt(max(_poisson_variance(n, p, p + delta), null_sd * null_sd))
-        return mean - z_beta * sd - critical
-
-    if margin(1.0) < 0:
-        return math.inf
-    return float(optimize.brentq(margin, 1e-9, 1.0, xtol=1e-7))
+def _middle_summary(p: np.ndarray, w: np.ndarray) -> _Middle:
+    on = w > 0
+    pm, wm = p[on], w[on]
+    if not on.any():
+        return _Middle(0.0, 0.0, 0.0, 0.0, 0.0)
+    return _Middle(float((1 / wm).sum()), math.sqrt(float((wm * wm * pm * pm).sum())), float((wm * pm * pm).sum()),
+                   float((wm * pm).max()), float(wm.max()))
 
 
 @lru_cache(maxsize=1024)
-def _figure(n: int, key: bytes, seed: int, replicates: int, false_fail_rate: float,
-            false_pass_rate: float) -> tuple[float, float]:
-    """(critical value, worst-case detectable TV) of one null law at one pair of rates."""
-    law = _null_cached(n, key, seed, replicates)
-    critical = law.critical(false_fail_rate)
-    return critical, _min_tv(n, np.frombuffer(key, dtype=np.float64), critical, law.sd, false_pass_rate)
+def _plan(n: int, key: bytes, seed: int, replicates: int, rate: float, beta: float) -> tuple[Split, NullLaw, float]:
+    """The split, its simulated null law and the middle's critical value, for one (n, p)."""
+    p = np.frombuffer(key, dtype=np.float64)
+    heavy, t, exponent, floor = _choose(n, key, rate, beta)
+    law, w, tail = _null_cached(n, key, heavy, t, exponent, floor, seed, replicates)
+    tail_mass = float(p[tail].sum())
+    parts = 1 + (heavy >= 0) + bool(tail.any())
+    x, y = _split_figures(n, p, heavy, tail_mass, parts, rate, beta)
+    critical = law.critical(rate / parts)
+    m = _middle_summary(p, w)
+    split = Split(heavy, tail, w, exponent, tail_mass, x, y, _middle_shift(n, m, critical, beta, False),
+                  _middle_shift(n, m, critical, beta, True))
+    return split, law, critical
 
 
-def _analytic_null(n: int, p: np.ndarray) -> NullLaw:
-    """Poissonized cumulants of Z (κ₂ = Σ 2 (wλ)², κ₃ = Σ w³ (4λ² + 8λ³)): for sizing only."""
-    lam, w = _weights(n, p)
-    k2 = float((2 * (w * lam) ** 2).sum())
-    k3 = float((w ** 3 * (4 * lam ** 2 + 8 * lam ** 3)).sum())
-    return NullLaw(0.0, math.sqrt(k2), k3 / k2 ** 1.5 if k2 > 0 else 0.0, 0)
+def null_law(n: int, p: np.ndarray, seed: int = 0, replicates: int = NULL_REPLICATES,
+             false_fail_rate: float = DEFAULT_FALSE_FAIL, false_pass_rate: float = DEFAULT_FALSE_PASS) -> NullLaw:
+    """The simulated null law of the middle's Z for n draws of ``p`` (positive entries only)
+    under the split chosen for these rates; cached per (n, p, seed)."""
+    return split_for(n, p, seed, replicates, false_fail_rate, false_pass_rate)[1]
+
+
+def split_for(n: int, p: np.ndarray, seed: int = 0, replicates: int = NULL_REPLICATES,
+              false_fail_rate: float = DEFAULT_FALSE_FAIL,
+              false_pass_rate: float = DEFAULT_FALSE_PASS) -> tuple[Split, NullLaw, float]:
+    """(split, null law of Z, Z's critical value) for ``p``'s positive entries."""
+    p = np.ascontiguousarray(p[p > 0], dtype=np.float64)
+    return _plan(int(n), p.tobytes(), int(seed), int(replicates), float(false_fail_rate), float(false_pass_rate))
+
+
+# ---------------------------------------------------------------- the test
 
 
 def identity_test(
@@ -195,11 +420,12 @@ def identity_test(
 ) -> TestResult:
     """Identity test of ``counts`` against the known ``probs``, calibrated by simulation.
 
-    Any count on a token of probability zero fails at once. ``min_detectable_tv`` is the
-    worst case: the smallest TV at which EVERY alternative is detected with power
-    1 − ``false_pass_rate`` (the least-favourable direction of the Cauchy–Schwarz bound,
-    with the alternative's variance); it scales as √V/n^½ ... √V/ε² samples, O(log 1/rate).
-    ``details["null_replicates"]`` records the simulation behind the critical value.
+    Any count on a token of probability zero fails at once. The p-value is the Bonferroni
+    combination of the heaviest token's, the light tail's (exact binomial, two-sided) and
+    the middle's Z (simulated null). ``min_detectable_tv`` is the worst case over every
+    alternative with Z's lower tail taken as normal; ``details["proven_tv"]`` the same
+    bound with Bernstein and Cantelli in that step. It scales as ‖p^(−max)_(−ε)‖_(2/3) / ε²
+    draws on peaked laws, √V/ε² on uniform ones, O(log 1/rate).
 
     Examples
     --------
@@ -207,7 +433,7 @@ def identity_test(
     >>> p = np.full(6, 1 / 6)
     >>> r = identity_test(np.random.default_rng(0).multinomial(6000, p), p, seed=1)
     >>> r.passed, round(r.min_detectable_tv, 3)
-    (True, 0.041)
+    (True, 0.043)
     """
     _validate_rates(false_fail_rate, false_pass_rate)
     probs = validate_probs(probs)
@@ -220,46 +446,77 @@ def identity_test(
     possible = probs > 0
     hits = float(counts[~possible].sum())
     p, c = probs[possible], counts[possible].astype(np.float64)
-    key = np.ascontiguousarray(p, dtype=np.float64).tobytes()
-    law = _null_cached(n, key, int(seed), int(replicates))
-    z = identity_statistic(c, p)
-    critical, detectable = _figure(n, key, int(seed), int(replicates), false_fail_rate, false_pass_rate)
-    if possible.sum() == 1:  # one possible token: only impossible hits can show a difference
+    measured = float(0.5 * np.abs(counts / n - probs).sum())
+    if p.size == 1:  # one possible token: only impossible hits can show a difference
         detectable = _occurrence_min_tv(n, false_pass_rate)
-    pvalue = 0.0 if hits else min(1.0, law.sf(z))
-    details = {"null_mean": law.mean, "null_sd": law.sd, "critical": critical, "impossible_hits": hits,
-               "null_replicates": float(law.replicates),
-               "measured_tv": float(0.5 * np.abs(counts / n - probs).sum())}
-    return TestResult("identity", math.inf if hits else z, pvalue, n, false_fail_rate, detectable, None, details)
+        return TestResult("identity", math.inf if hits else 0.0, 0.0 if hits else 1.0, n, false_fail_rate,
+                          detectable, None, {"impossible_hits": hits, "measured_tv": measured,
+                                             "proven_tv": detectable})
+    split, law, critical = split_for(n, p, seed, replicates, false_fail_rate, false_pass_rate)
+    z = float(middle_statistic(c, p, split.weights))
+    pvalues = {"middle": law.sf(z)}
+    if split.heavy >= 0:
+        pvalues["heavy"] = binomial_pvalue(c[split.heavy], n, float(p[split.heavy]))
+    if split.tail.any():
+        pvalues["tail"] = binomial_pvalue(float(c[split.tail].sum()), n, split.tail_mass)
+    worst = min(pvalues, key=pvalues.get)
+    pvalue = 0.0 if hits else min(1.0, len(pvalues) * pvalues[worst])
+    details = {"null_sd": law.sd, "critical": critical, "impossible_hits": hits,
+               "null_replicates": float(law.replicates), "measured_tv": measured,
+               "proven_tv": split.proven_tv, "tail_mass": split.tail_mass,
+               "tail_tokens": float(split.tail.sum()), "middle_tokens": float((split.weights > 0).sum()),
+               "weight_exponent": split.exponent, "heavy_shift": split.heavy_shift,
+               "tail_shift": split.tail_shift, "middle_l1": split.middle_l1,
+               "message": (f"worst-case TV {split.tv:.3g} (normal tail of Z under the alternative), "
+                           f"{split.proven_tv:.3g} proven (Bernstein + Cantelli); rows assumed independent; "
+                           f"smallest p-value: {worst}")}
+    return TestResult("identity", math.inf if hits else z, pvalue, n, false_fail_rate, split.tv, None, details)
 
 
 def min_discrepancy_of_identity_test(n: int, probs: np.ndarray, *, false_fail_rate: float = DEFAULT_FALSE_FAIL,
-                                     false_pass_rate: float = DEFAULT_FALSE_PASS) -> float:
-    """Worst-case TV :func:`identity_test` detects from ``n`` draws (analytic null: for planning)."""
+                                     false_pass_rate: float = DEFAULT_FALSE_PASS, proven: bool = False) -> float:
+    """Worst-case TV :func:`identity_test` detects from ``n`` draws (analytic critical
+    value: for planning; ``proven`` for the Bernstein–Cantelli figure)."""
+    _validate_rates(false_fail_rate, false_pass_rate)
     p = validate_probs(probs)
-    p = p[p > 0]
+    p = np.ascontiguousarray(p[p > 0], dtype=np.float64)
+    n = int(n)
+    if n <= 1:
+        return math.inf
     if p.size == 1:
         return _occurrence_min_tv(n, false_pass_rate)
-    law = _analytic_null(n, p)
-    return _min_tv(n, p, law.critical(false_fail_rate), law.sd, false_pass_rate)
+    heavy, t, exponent, floor = _choose(n, p.tobytes(), float(false_fail_rate), float(false_pass_rate))
+    order = np.argsort(p, kind="stable")
+    rest = order[:-1] if heavy >= 0 else order
+    w = np.zeros_like(p)
+    w[rest[t:]] = _weights(p[rest[t:]], n, exponent, floor)
+    tail_mass = float(p[rest[:t]].sum())
+    parts = 1 + (heavy >= 0) + (t > 0)
+    x, y = _split_figures(n, p, heavy, tail_mass, parts, false_fail_rate, false_pass_rate)
+    s = _middle_shift(n, _middle_summary(p, w), _analytic_critical(n, p, w, false_fail_rate / parts),
+                      false_pass_rate, proven)
+    return 0.5 * (x + y + 2 * tail_mass + s)
 
 
 def min_num_samples_for_identity_test(tv: float, probs: np.ndarray, *, false_fail_rate: float = DEFAULT_FALSE_FAIL,
-                                      false_pass_rate: float = DEFAULT_FALSE_PASS) -> int:
-    """Draws :func:`identity_test` needs to detect every alternative at ``tv``: O(√V/tv²)
-    when p is spread, O(1/tv²) on few tokens, O(log 1/false_fail_rate)."""
+                                      false_pass_rate: float = DEFAULT_FALSE_PASS, proven: bool = False) -> int:
+    """Draws :func:`identity_test` needs to detect every alternative at ``tv``: about
+    ‖p^(−max)_(−tv)‖_(2/3) / tv² (√V/tv² when p is uniform), O(log 1/false_fail_rate)."""
     if not 0 < tv < 1:
         raise InvalidDistributionError(f"tv must lie in (0, 1), got {tv!r}")
+
+    def reached(m: int) -> float:
+        return min_discrepancy_of_identity_test(m, probs, false_fail_rate=false_fail_rate,
+                                                false_pass_rate=false_pass_rate, proven=proven)
+
     lo, hi = 1, 64
-    while min_discrepancy_of_identity_test(hi, probs, false_fail_rate=false_fail_rate,
-                                           false_pass_rate=false_pass_rate) > tv:
+    while reached(hi) > tv:
         lo, hi = hi, hi * 2
         if hi > 2**40:
             return hi
-    while hi - lo > max(1, lo // 200):  # to half a percent
+    while hi - lo > max(1, lo // 100):  # to one percent
         mid = (lo + hi) // 2
-        if min_discrepancy_of_identity_test(mid, probs, false_fail_rate=false_fail_rate,
-                                            false_pass_rate=false_pass_rate) > tv:
+        if reached(mid) > tv:
             lo = mid
         else:
             hi = mid
