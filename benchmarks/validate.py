@@ -25,6 +25,7 @@ from specgauge.simulator.cost import PassCost, RoundCost
 
 SPECDECODE, VLLM_BLOG, VLLM_V1, EAGLE3, MAGICDEC = "[1]", "[2]", "[3]", "[4]", "[5]"
 SGLANG_MTP, TRT_NGRAM, TRT_MTP, TRT_R1 = "[6]", "[7]", "[8]", "[9]"
+AMD_MTP, AMD_EAGLE3 = "[10]", "[11]"
 SOURCES = {
     SPECDECODE: "SpecDecode-Bench, \"Speculative Decoding: Performance or Illusion?\", arXiv 2601.11580, and its "
                 "simulator's predictor.py (github.com/SpecDecode-Bench/simulator): vLLM v0.10.1 on H100",
@@ -49,6 +50,22 @@ SOURCES = {
             "B200 GPUs\": DeepSeek-R1 (NVFP4 MoE, BF16 attention) on 8x B200, batch 1, ISL/OSL 1K/2K, autoregressive "
             "MTP layers 1-5: accepted length 1.92, 2.58, 2.82, 2.99, 3.01 and TPS/user speed-up 1.78x, 2.25x, 2.28x, "
             "2.21x, 2.15x (111 TPS/user without MTP)",
+    AMD_MTP: "AMD ROCm blog, \"Efficient LLM Serving with MTP: DeepSeek V3 and SGLang on AMD Instinct GPUs\" (11 Sep "
+             "2025, rocm.blogs.amd.com/software-tools-optimization/mtp/README.html): DeepSeek-V3 + its NextN (MTP) module "
+             "on 8x MI300X, SGLang v0.5.0rc0, TP 8, --speculative-num-steps 2 --speculative-eagle-topk 1 "
+             "--speculative-num-draft-tokens 3 --speculative-accept-threshold-single 0.001; sglang.bench_serving, mean "
+             "end-to-end latency (ms) without / with MTP. Table 1, random dataset, 3200 in / 800 out, max concurrency "
+             "1, 2, 4, 8, 16, 32, 64: 17348.25 / 8229.37 (2.11x), 17162.29 / 8408.02 (2.04x), 17948.30 / 9736.64 "
+             "(1.84x), 19919.06 / 11742.82 (1.70x), 23708.94 / 15483.11 (1.53x), 30868.39 / 21399.39 (1.44x), "
+             "43848.20 / 35074.26 (1.25x). Table 2, ShareGPT, max concurrency 4, 8, 16, 32, 64: 3981.91 / 2215.44 "
+             "(1.80x), 5007.75 / 2854.36 (1.75x), 6255.86 / 3947.93 (1.58x), 7571.25 / 5023.23 (1.51x), 11900.36 / "
+             "8763.65 (1.36x)",
+    AMD_EAGLE3: "AMD ROCm blog, \"Accelerating Large-Scale LLM Inference on AMD Instinct MI350X/MI355X with Eagle3 and "
+                "AMD Quark\" (3 Jul 2026, rocm.blogs.amd.com/artificial-intelligence/eagle3-speculative-decoding/"
+                "README.html): MiniMax-M2.5 + a BF16 EAGLE-3 draft (num_speculative_tokens 3, draft TP 1) on MI355X, "
+                "vLLM ROCm nightly, TP 4 with EP, 1K/1K random prompts, 10 x concurrency prompts, output tok/s/GPU "
+                "without / with EAGLE-3 at concurrency 4, 8, 16, 32, 64: 90.4 / 161.7 (1.79x), 162.6 / 277.9 (1.71x), "
+                "282.7 / 436.9 (1.55x), 484.8 / 759.0 (1.57x), 822.0 / 1137.3 (1.38x)",
 }
 
 
@@ -212,6 +229,92 @@ def moe_rows(add, profiles: str | None = None) -> None:
                 alpha_label(alpha_s, where), note, curve_end=batch == 32)
 
 
+# The MoE curves over concurrency ([10], [11]): each source publishes its no-speculation run at
+# every concurrency beside the speculative one. The target's step model is fitted on those
+# no-speculation points alone (the additive form, knee 1, of the published fits;
+# ``fit.serve_curve_fit``), α is calibrated at the lowest concurrency, and every other
+# speculative point is predicted. The datasheet prior alone is in the note of each curve's
+# last row.
+MOE_CURVES = {
+    "DeepSeek-V3 + MTP (γ=2), MI300X TP8, random 3200/800": dict(
+        source=AMD_MTP, config=SimulationConfig(gpu="mi300x", target="deepseek-v3", draft="mtp", tp=8, gamma=2,
+                                                prompt_len=3200, output_len=800),
+        # concurrency: (no-MTP e2e ms, speed-up); time per output token = e2e / 800
+        points={1: (17348.25, 2.11), 2: (17162.29, 2.04), 4: (17948.30, 1.84), 8: (19919.06, 1.70),
+                16: (23708.94, 1.53), 32: (30868.39, 1.44), 64: (43848.20, 1.25)},
+        per_token=lambda c, base: base / 1e3 / 800,
+        note="3200 + 800 tokens as published; γ = 2 chain (top-k 1, 3 draft tokens); mean E2E ratio read as the "
+             "closed-loop throughput ratio at the cap (Little's law); the source's relaxed acceptance threshold "
+             "(0.001) sits in α"),
+    "DeepSeek-V3 + MTP (γ=2), MI300X TP8, ShareGPT": dict(
+        source=AMD_MTP, config=SimulationConfig(gpu="mi300x", target="deepseek-v3", draft="mtp", tp=8, gamma=2,
+                                                prompt_len=256, output_len=256),
+        points={4: (3981.91, 1.80), 8: (5007.75, 1.75), 16: (6255.86, 1.58), 32: (7571.25, 1.51), 64: (11900.36, 1.36)},
+        per_token=lambda c, base: base / 1e3 / 256,
+        note="ShareGPT lengths not published: 256 + 256 tokens assumed"),
+    "MiniMax-M2.5 + EAGLE-3 (γ=3), MI355X TP4": dict(
+        source=AMD_EAGLE3, config=SimulationConfig(gpu="mi355x", target="minimax-m2.5", draft="eagle", tp=4, gamma=3,
+                                                   prompt_len=1024, output_len=1024),
+        # concurrency: (no-spec output tok/s per GPU, speed-up); per-request time a token = c / (4 x tok/s/GPU)
+        points={4: (90.4, 1.79), 8: (162.6, 1.71), 16: (282.7, 1.55), 32: (484.8, 1.57), 64: (822.0, 1.38)},
+        per_token=lambda c, base: c / (4 * base),
+        note="1024 + 1024 as published; the EAGLE-3 head simulated at the target's TP (the source runs it at TP 1)"),
+}
+
+
+def _fitted_profile(config: SimulationConfig, points: dict, per_token, path: str) -> tuple[str, str]:
+    """A profile file holding the target's step model fitted on the source's no-speculation points."""
+    from specgauge.simulator.fit import serve_curve_fit
+    from specgauge.simulator.profiles import step_key
+
+    setup = resolve(config)
+    conc = sorted(points)
+    fit = serve_curve_fit(setup.target_cost, conc, [per_token(c, points[c][0]) for c in conc], config.prompt_len,
+                          config.output_len)
+    key = step_key(setup.target.name, setup.gpu.name, config.tp)
+    with open(path, "w") as handle:
+        handle.write(f'[steps."{key}"]\nc_fixed_ms = {float(fit.c_fixed) * 1e3!r}\nc_token_us = {float(fit.c_token) * 1e6!r}\n'
+                     f'c_kv_ns = {float(fit.c_kv) * 1e9!r}\nknee = 1.0\nstep_overhead_ms = 0.0\n'
+                     f'source = "fitted on the no-speculation points of {key}"\n')
+    return path, f"step model fitted on the source's no-speculation points ({fit.describe()}, rms {fit.rms_error:.1%})"
+
+
+def moe_curve_rows(add, workdir: str = "/tmp") -> list[dict]:
+    """The MoE load curves: α at the lowest concurrency, the rest predicted; returns each curve's summary."""
+    import os
+
+    summaries = []
+    for index, (name, spec) in enumerate(MOE_CURVES.items()):
+        config, points = spec["config"], spec["points"]
+        conc = sorted(points)
+        profile, how = _fitted_profile(config, points, spec["per_token"], os.path.join(workdir, f"moe_curve_{index}.toml"))
+        fitted = replace(config, profiles=profile)
+        low = conc[0]
+        alpha = calibrate_alpha(replace(fitted, batch_size=low, requests=max(10 * low, 16)), points[low][1])
+        prior_alpha = calibrate_alpha(replace(config, batch_size=low, requests=max(10 * low, 16)), points[low][1])
+        simulated, prior = [], []
+        for c in conc:
+            runs = dict(batch_size=c, requests=max(10 * c, 16) if c == low else max(4 * c, 16))
+            value = speedup(replace(fitted, **runs), alpha)
+            simulated.append(value)
+            prior.append(speedup(replace(config, **runs), prior_alpha))
+            last = c == conc[-1]
+            note = spec["note"] if c == low else (
+                f"datasheet prior alone (α {prior_alpha:.3f} at concurrency {low}): "
+                + ", ".join(f"{p:.2f}" for p in prior) + f" over concurrency {conc[0]}-{conc[-1]}" if last else "")
+            add(f"speed-up, {name}, concurrency {c}", spec["source"], points[c][1], value,
+                alpha_label(alpha, "calibrated here" if c == low else f"from concurrency {low}") + "; " + how,
+                note, role="calibrated" if c == low else "predicted", curve_end=last)
+        measured = [points[c][1] for c in conc]
+        summaries.append(dict(curve=name, measured_fall=1 - measured[-1] / measured[0],
+                              simulated_fall=1 - simulated[-1] / simulated[0], prior_fall=1 - prior[-1] / prior[0],
+                              end_ratio=simulated[-1] / measured[-1], prior_end_ratio=prior[-1] / measured[-1]))
+    return summaries
+
+
+MOE_SUMMARY: list[dict] = []
+
+
 def rows(specdecode_data: str | None = None, profiles: str | None = None) -> list[dict]:
     out = []
 
@@ -286,6 +389,8 @@ def rows(specdecode_data: str | None = None, profiles: str | None = None) -> lis
                 "note": "MagicDec: the speed-up grows with batch size at long context; simulated "
                         + ("it grows" if small < out[-1]["simulated"] else "it does not grow")})
     moe_rows(add, profiles)
+    if profiles is None:
+        MOE_SUMMARY[:] = moe_curve_rows(add)
     return out
 
 
@@ -306,7 +411,7 @@ def breakeven(config: SimulationConfig, alpha: float | None, batches=(1, 8, 32, 
     ``alpha`` None keeps the configuration's own acceptance (a replayed trace)."""
     import numpy as np
 
-    from specgauge.reports.plan import crossing
+    from specgauge.simulator.breakeven import crossing
 
     def one(b: int) -> float:
         c = replace(config, batch_size=b, requests=max(3 * b, 64))
@@ -380,6 +485,10 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for line in summary(frame):
         print(line)
+    for item in MOE_SUMMARY:
+        print(f"fall with load, {item['curve']}: measured {item['measured_fall']:.0%}, simulated "
+              f"{item['simulated_fall']:.0%} (highest load at {item['end_ratio']:.3g}x the measured); datasheet prior "
+              f"alone {item['prior_fall']:.0%} ({item['prior_end_ratio']:.3g}x)")
     cases = break_even_cases() + [("Llama-3.1-8B + EAGLE-3, measured acceptance replayed", c, None, "1.29x")
                                   for c in REPLAYED]
     for label, config, alpha, measured in cases:

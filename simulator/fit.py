@@ -216,3 +216,15 @@ def fit_step_model(equations: list[Equation], prior: PassCost, knees=KNEES) -> S
     held = tuple(x for x in _free(knee) if x not in names)
     return StepModelFit(cost=replace(cost, source="fit"), knee=knee, se=se, held=held,
                         labels=tuple(e.label for e in equations), measured=seconds, fitted=fitted)
+
+
+def serve_curve_fit(prior: PassCost, concurrency, seconds_per_token, input_len: float, output_len: float,
+                    knees=(1.0,)) -> StepModelFit:
+    """The target's step model from a no-speculation serve curve: at each ``concurrency`` the mean
+    time a request waits per output token (TPOT, or end-to-end latency over output tokens,
+    or concurrency over output throughput in a closed loop), one decode step at that
+    batch and its mid-output context. This is the half of a with/without pair that holds
+    the engine's own per-token cost; the MoE prior's roofline misses most of it."""
+    equations = [tpot_equation(float(c), input_len, output_len, float(s), f"concurrency {c:g}")
+                 for c, s in zip(concurrency, seconds_per_token)]
+    return fit_step_model(equations, prior, knees)
