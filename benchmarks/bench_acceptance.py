@@ -19,9 +19,9 @@ import time
 import numpy as np
 import pytest
 
-from specgauge.reports.acceptance_models import NextTokenLaw, Sampling
-from specgauge.reports.acceptance_prompts import Request
-from specgauge.reports.measure_acceptance import measure, run_speculative
+from specgauge.measurement.models import NextTokenLaw, Sampling
+from specgauge.measurement.prompts import Request
+from specgauge.measurement.forcing import measure, run_speculative
 
 REQUESTS, PROMPT, LENGTH = 16, 16, 64
 TARGET_RATIO = 5.0
@@ -51,7 +51,7 @@ def _bench(benchmark, key: str, fn, positions: int) -> None:
 def tiny_pair(tmp_path_factory):
     pytest.importorskip("transformers")
     from specgauge.fixtures.tiny_llama import build_tiny_llama
-    from specgauge.reports.acceptance_models import HFLaw
+    from specgauge.measurement.models import HFLaw
 
     root = tmp_path_factory.mktemp("bench")
     load = [HFLaw.load(str(build_tiny_llama(root / name, seed=0, sharpness=s)), Sampling(), name, "cpu", "float32", 8,

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from specgauge.reports import plan
+from specgauge.reports.cli import plan
 
 CONFIGS = int(os.environ.get("SPECGAUGE_BENCH_CONFIGS", "96"))
 REQUESTS = int(os.environ.get("SPECGAUGE_BENCH_REQUESTS", "2000"))

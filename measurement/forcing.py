@@ -26,8 +26,8 @@ import numpy as np
 
 from specgauge.laws import topk_depth_tokens
 
-from .acceptance_models import AcceptanceInputError, LawModel, NgramProposer
-from .acceptance_prompts import Request
+from .models import LawModel, MeasurementInputError, NgramProposer
+from .prompts import Request
 
 BOOTSTRAP = 2000
 LEVEL = 0.95
@@ -110,7 +110,7 @@ def continuations(target: LawModel, requests: Sequence[Request], length: int, se
     for i, seq in zip(own, sampled):
         out[i] = seq
     if any(len(c) == 0 for c in out):
-        raise AcceptanceInputError("a continuation is empty (the target ended at once): raise --max-new-tokens")
+        raise MeasurementInputError("a continuation is empty (the target ended at once): raise --max-new-tokens")
     return out, ["target" if r.continuation is None else "probe" for r in requests]
 
 
@@ -119,7 +119,7 @@ def measure(target: LawModel, drafts: Sequence[LawModel | NgramProposer], reques
             progress: Callable[[int], None] | None = None) -> Measurement:
     """Teacher-forced α of every draft on every request (``k`` ranked candidates per position)."""
     if any(len(r.prompt) == 0 for r in requests):
-        raise AcceptanceInputError("a prompt has no tokens: the first position needs a context")
+        raise MeasurementInputError("a prompt has no tokens: the first position needs a context")
     conts, sources = continuations(target, requests, length, seed)
     prompts = [r.prompt for r in requests]
     alphas: list[list[np.ndarray]] = [[] for _ in drafts]
@@ -293,7 +293,7 @@ def run_speculative(target: LawModel, draft: LawModel | NgramProposer, prompts: 
 
     vocab = target.vocab_size
     if not isinstance(draft, NgramProposer) and draft.vocab_size > vocab:
-        raise AcceptanceInputError(f"draft {draft.name!r} has {draft.vocab_size} tokens, more than the target's {vocab}")
+        raise MeasurementInputError(f"draft {draft.name!r} has {draft.vocab_size} tokens, more than the target's {vocab}")
     draft_rng, verify_rng = np.random.default_rng(seed).spawn(2)
     decoder = NumpyDecoder()
     seqs = [np.asarray(p, np.int64) for p in prompts]

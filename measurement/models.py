@@ -28,7 +28,7 @@ import numpy as np
 from specgauge.errors import UsageError
 
 
-class AcceptanceInputError(UsageError):
+class MeasurementInputError(UsageError):
     """A model, prompt file or option ``specgauge acceptance`` cannot use: one line, exit status 2, nothing written."""
 
 
@@ -42,11 +42,11 @@ class Sampling:
 
     def __post_init__(self) -> None:
         if not (np.isfinite(self.temperature) and self.temperature >= 0):
-            raise AcceptanceInputError(f"--temperature must be a finite number >= 0, got {self.temperature!r}")
+            raise MeasurementInputError(f"--temperature must be a finite number >= 0, got {self.temperature!r}")
         if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise AcceptanceInputError(f"--top-p must lie in (0, 1], got {self.top_p!r}")
+            raise MeasurementInputError(f"--top-p must lie in (0, 1], got {self.top_p!r}")
         if self.top_k is not None and self.top_k < 1:
-            raise AcceptanceInputError(f"--top-k must be at least 1, got {self.top_k!r}")
+            raise MeasurementInputError(f"--top-k must be at least 1, got {self.top_k!r}")
 
     @property
     def identity(self) -> bool:
@@ -76,7 +76,7 @@ class Sampling:
         try:
             import torch
         except ImportError:
-            raise AcceptanceInputError("sampling transforms need torch and transformers: "
+            raise MeasurementInputError("sampling transforms need torch and transformers: "
                                        "pip install 'specgauge[hf]'") from None
         with np.errstate(divide="ignore"):
             logits = torch.from_numpy(np.log(np.asarray(probs, np.float64)))
@@ -114,7 +114,7 @@ class NextTokenLaw:
         out = []
         for seq, start in zip(sequences, first):
             if start < order:
-                raise AcceptanceInputError(f"{self.name}: a prompt of {start} tokens is shorter than its context of {order}")
+                raise MeasurementInputError(f"{self.name}: a prompt of {start} tokens is shorter than its context of {order}")
             ends = np.arange(start, len(seq) + 1)
             contexts = np.asarray(seq, np.int64)[ends[:, None] - order + np.arange(order)[None, :]]
             out.append(self.sampling.apply(self.model.next_probs(contexts)))
@@ -126,7 +126,7 @@ class NextTokenLaw:
         rng = np.random.default_rng(seed)
         order = int(self.model.order)
         if min(len(p) for p in prompts) < order:
-            raise AcceptanceInputError(f"{self.name}: a prompt is shorter than its context of {order} tokens")
+            raise MeasurementInputError(f"{self.name}: a prompt is shorter than its context of {order} tokens")
         tails = np.stack([np.asarray(p, np.int64)[len(p) - order:] for p in prompts])
         out = np.empty((len(prompts), length), dtype=np.int64)
         for t in range(length):  # positions depend on each other; requests are vectorised
@@ -141,7 +141,7 @@ def _toy(spec: str, role: str, sampling: Sampling, label: str) -> NextTokenLaw:
     name, _, which = spec.partition("/")
     which = which or role
     if name not in available_toy_lms() or which not in ("target", "draft"):
-        raise AcceptanceInputError(f"unknown toy LM {spec!r}: toy:NAME[/target|/draft] with NAME one of "
+        raise MeasurementInputError(f"unknown toy LM {spec!r}: toy:NAME[/target|/draft] with NAME one of "
                                    f"{', '.join(available_toy_lms())}")
     pair = load_toy_lm(name)
     return NextTokenLaw(getattr(pair, which), sampling, label)
@@ -152,10 +152,10 @@ def _contract(spec: str, sampling: Sampling, label: str) -> NextTokenLaw:
     try:
         obj = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
-        raise AcceptanceInputError(f"cannot load drafter {spec!r}: {exc}") from None
+        raise MeasurementInputError(f"cannot load drafter {spec!r}: {exc}") from None
     model = obj() if callable(obj) and not hasattr(obj, "next_probs") else obj
     if not all(hasattr(model, a) for a in ("vocab_size", "order", "next_probs")):
-        raise AcceptanceInputError(f"{spec!r} is not a next-token model: it needs vocab_size, order and next_probs")
+        raise MeasurementInputError(f"{spec!r} is not a next-token model: it needs vocab_size, order and next_probs")
     return NextTokenLaw(model, sampling, label)
 
 
@@ -182,13 +182,13 @@ class HFLaw:
             import torch
             from transformers import AutoModelForCausalLM
         except ImportError as exc:
-            raise AcceptanceInputError(f"HF models need torch and transformers: pip install 'specgauge[hf]' ({exc})") from None
+            raise MeasurementInputError(f"HF models need torch and transformers: pip install 'specgauge[hf]' ({exc})") from None
         if not hasattr(torch, dtype):
-            raise AcceptanceInputError(f"--dtype {dtype!r} is not a torch dtype (float32, bfloat16, float16)")
+            raise MeasurementInputError(f"--dtype {dtype!r} is not a torch dtype (float32, bfloat16, float16)")
         try:
             model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device).eval()
         except (OSError, ValueError, RuntimeError, AssertionError) as exc:  # torch without CUDA asserts
-            raise AcceptanceInputError(f"cannot load {path!r} on {device}: {str(exc).splitlines()[0]}") from None
+            raise MeasurementInputError(f"cannot load {path!r} on {device}: {str(exc).splitlines()[0]}") from None
         return cls(path, sampling, name, device, dtype, batch_size, threads, model)
 
     @contextmanager
@@ -314,10 +314,10 @@ def load_model(spec: str, role: str, loader: Loader) -> LawModel | NgramProposer
     label, spec = split_label(spec)
     if spec.startswith("ngram"):
         if role == "target":
-            raise AcceptanceInputError("an n-gram proposer cannot be the target")
+            raise MeasurementInputError("an n-gram proposer cannot be the target")
         n = spec.partition(":")[2]
         if n and not (n.isdigit() and int(n) >= 1):
-            raise AcceptanceInputError(f"{spec!r}: ngram:MAX_N takes a positive integer")
+            raise MeasurementInputError(f"{spec!r}: ngram:MAX_N takes a positive integer")
         return NgramProposer(int(n) if n else 3, 1, label)
     if spec.startswith("toy:"):
         return _toy(spec[4:], role, loader.sampling, label)
@@ -325,4 +325,4 @@ def load_model(spec: str, role: str, loader: Loader) -> LawModel | NgramProposer
         return HFLaw.load(spec, loader.sampling, label, loader.device, loader.dtype, loader.batch_size, loader.threads)
     if ":" in spec and not Path(spec).exists():
         return _contract(spec, loader.sampling, label)
-    raise AcceptanceInputError(f"{role} {spec!r} is not a model directory, ngram[:N], toy:NAME or MODULE:NAME")
+    raise MeasurementInputError(f"{role} {spec!r} is not a model directory, ngram[:N], toy:NAME or MODULE:NAME")

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .acceptance_models import AcceptanceInputError
+from .models import MeasurementInputError
 
 ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
 
@@ -36,21 +36,21 @@ class Request:
 def _messages(turns: Any, where: str) -> list[dict[str, str]]:
     """The turns before the first assistant turn, as {role, content}."""
     if not isinstance(turns, list) or not turns:
-        raise AcceptanceInputError(f"{where}: a chat must be a non-empty list of turns")
+        raise MeasurementInputError(f"{where}: a chat must be a non-empty list of turns")
     out = []
     for turn in turns:
         if not isinstance(turn, dict):
-            raise AcceptanceInputError(f"{where}: each turn must be an object")
+            raise MeasurementInputError(f"{where}: each turn must be an object")
         role = ROLES.get(str(turn.get("role", turn.get("from", ""))).lower())
         content = turn.get("content", turn.get("value"))
         if role is None or not isinstance(content, str):
-            raise AcceptanceInputError(f"{where}: a turn needs a role (user, assistant, system; or ShareGPT's "
+            raise MeasurementInputError(f"{where}: a turn needs a role (user, assistant, system; or ShareGPT's "
                                        "from: human/gpt) and text content")
         if role == "assistant":
             break
         out.append({"role": role, "content": content})
     if not out:
-        raise AcceptanceInputError(f"{where}: the chat has no user turn before the first assistant turn")
+        raise MeasurementInputError(f"{where}: the chat has no user turn before the first assistant turn")
     return out
 
 
@@ -66,7 +66,7 @@ class Tokenize:
 
     def _need(self, where: str):
         if self.tokenizer is None:
-            raise AcceptanceInputError(f"{where}: a text prompt needs a target with a tokenizer (an HF model "
+            raise MeasurementInputError(f"{where}: a text prompt needs a target with a tokenizer (an HF model "
                                        "directory); give token ids for toy and contract models")
         return self.tokenizer
 
@@ -84,7 +84,7 @@ class Tokenize:
 
 def _ids(values: Any, where: str) -> np.ndarray:
     if not isinstance(values, list) or not values or not all(isinstance(v, int) and v >= 0 for v in values):
-        raise AcceptanceInputError(f"{where}: token ids must be a non-empty list of non-negative integers")
+        raise MeasurementInputError(f"{where}: token ids must be a non-empty list of non-negative integers")
     return np.asarray(values, np.int64)
 
 
@@ -101,7 +101,7 @@ def _item(item: Any, tok: Tokenize, where: str) -> np.ndarray:
         for key in ("messages", "conversations"):
             if key in item:
                 return tok.chat(_messages(item[key], where), where)
-    raise AcceptanceInputError(f'{where}: expected a string, a list of token ids, or an object with "prompt", '
+    raise MeasurementInputError(f'{where}: expected a string, a list of token ids, or an object with "prompt", '
                                '"prompt_token_ids", "messages" or "conversations"')
 
 
@@ -122,7 +122,7 @@ def _probe(path: Path, tok: Tokenize) -> list[Request]:
         if len(cont):
             out.append(Request(prompts[r["p"]], cont, f"probe p={r['p']} s={r['s']}"))
     if not out:
-        raise AcceptanceInputError(f"{path} holds no sample with a continuation")
+        raise MeasurementInputError(f"{path} holds no sample with a continuation")
     return out
 
 
@@ -132,7 +132,7 @@ def read_requests(path: str | Path, tokenizer_path: str | None) -> list[Request]
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        raise AcceptanceInputError(f"cannot read prompts {str(path)!r}: {exc.strerror}") from None
+        raise MeasurementInputError(f"cannot read prompts {str(path)!r}: {exc.strerror}") from None
     tok = Tokenize(tokenizer_path)
     first = raw.split(b"\n", 1)[0]
     if b"specgauge-probe/" in first:
@@ -142,9 +142,9 @@ def read_requests(path: str | Path, tokenizer_path: str | None) -> list[Request]
         try:
             data = json.loads(text)
         except ValueError as exc:
-            raise AcceptanceInputError(f"{path} is not valid JSON: {exc}") from None
+            raise MeasurementInputError(f"{path} is not valid JSON: {exc}") from None
         if not isinstance(data, list) or not data:
-            raise AcceptanceInputError(f"{path}: a ShareGPT-style file is a non-empty JSON list")
+            raise MeasurementInputError(f"{path}: a ShareGPT-style file is a non-empty JSON list")
         return [Request(_item(item, tok, f"{path}[{i}]"), origin=f"{path.name}[{i}]") for i, item in enumerate(data)]
     out = []
     for number, line in enumerate(text.splitlines(), 1):
@@ -153,8 +153,8 @@ def read_requests(path: str | Path, tokenizer_path: str | None) -> list[Request]
         try:
             item = json.loads(line)
         except ValueError:
-            raise AcceptanceInputError(f"{path}:{number}: not a JSON line") from None
+            raise MeasurementInputError(f"{path}:{number}: not a JSON line") from None
         out.append(Request(_item(item, tok, f"{path}:{number}"), origin=f"{path.name}:{number}"))
     if not out:
-        raise AcceptanceInputError(f"{path} holds no prompts")
+        raise MeasurementInputError(f"{path} holds no prompts")
     return out

@@ -1,8 +1,9 @@
 """specgauge: certify speculative decoders, and plan speculative serving capacity.
 
 The subpackages are ``specgauge.stattests`` (the correctness gate), ``specgauge.simulator``
-(the capacity planner), ``specgauge.reports`` (CSV, figures and the command line) and
-``specgauge.fixtures`` (data). This module stays empty of imports so that loading any of
+(the capacity planner), ``specgauge.measurement`` (acceptance measured by teacher forcing),
+``specgauge.reports`` (the command line, its figures and sweeps) and ``specgauge.fixtures``
+(data). This module stays empty of imports so that loading any of
 them, or the pytest plugin, costs nothing else.
 """
 

@@ -125,8 +125,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
 
 def _figures(session, cert, path) -> str:
     """One PNG per fixture beside the certificate; without matplotlib, a line saying so."""
-    from specgauge.reports.certificate_plots import figures_note, plot_certificate
-    from specgauge.reports.plots import PlotError
+    from specgauge.plotting import PlotError
+    from specgauge.stattests.chain.figures import figures_note, plot_certificate
 
     try:
         return figures_note(plot_certificate(session.runs, cert, os.fspath(path)))

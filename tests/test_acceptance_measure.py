@@ -15,10 +15,10 @@ from scipy import stats
 
 from specgauge.fixtures.toy_lm import MarkovLM, load_toy_lm
 from specgauge.laws import tokens_per_pass, tokens_per_pass_pmf
-from specgauge.reports.acceptance_models import NextTokenLaw, NgramProposer, Sampling
-from specgauge.reports.acceptance_prompts import Request, read_requests
+from specgauge.measurement.models import NextTokenLaw, NgramProposer, Sampling
+from specgauge.measurement.prompts import Request, read_requests
 from specgauge.reports.cli import main
-from specgauge.reports.measure_acceptance import (law_sums, measure, overlap, rank_acceptance, run_speculative,
+from specgauge.measurement.forcing import (law_sums, measure, overlap, rank_acceptance, run_speculative,
                                                   summary_rows, top_candidates)
 
 FALSE_FAIL = 1e-6   # per assertion of this file's z-tests
@@ -152,7 +152,7 @@ def tiny(tmp_path_factory):
 
 
 def test_hf_draft_equal_to_target_accepts_everything(tiny):
-    from specgauge.reports.acceptance_models import HFLaw
+    from specgauge.measurement.models import HFLaw
 
     root, target, _, prompts = tiny
     model = HFLaw.load(str(target), Sampling(top_p=0.9), "t", "cpu", "float32", 4, threads=1)

@@ -1,8 +1,11 @@
 """The gate's layout is its architecture: rooms around a core, imports pointing one way.
 
 ``stattests/core`` imports no room; ``chain``, ``tree``, ``server`` and ``decoders`` import
-the core and never each other; ``reports`` has no import circle. The first release's flat
-module names still import, each with a DeprecationWarning.
+the core and never each other. The report layer (``reports/``: ``cli``, ``figures``,
+``planning``, ``sweeps``) sits above the gate, the simulator and the acceptance
+measurement, which never import it; only its ``cli`` room brings the others together; no
+import circle anywhere; no torch on the command line's import path. The first release's
+flat module names of the gate still import, each with a DeprecationWarning.
 """
 
 from __future__ import annotations
@@ -61,19 +64,177 @@ def test_the_checker_sees_a_sibling_import(tmp_path: Path) -> None:
     assert {"tree", "server"} <= rooms
 
 
-def _reports_graph() -> dict[str, set[str]]:
+#: The repository's folders and the import names setuptools' package-dir gives them.
+FOLDERS = {"specgauge": "specgauge", "stattests": "specgauge.stattests", "simulator": "specgauge.simulator",
+           "measurement": "specgauge.measurement", "reports": "specgauge.reports", "fixtures": "specgauge.fixtures"}
+#: The report layer's rooms; only ``cli`` (the commands) may import the others.
+REPORT_ROOMS = ("cli", "figures", "planning", "sweeps")
+
+
+def _module_name(path: Path) -> tuple[str, str]:
+    """(module, package) of a source file: ``reports/cli/plan.py`` is ``specgauge.reports.cli.plan`` in
+    ``specgauge.reports.cli``."""
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = [FOLDERS[rel.parts[0]], *rel.parts[1:]]
+    package = ".".join(parts[:-1])
+    return (package if parts[-1] == "__init__" else ".".join(parts)), package
+
+
+def _graph(*folders: str) -> dict[str, set[str]]:
+    """Every module under ``folders`` and the specgauge modules it imports, at the top or in a function."""
+    modules = {}
+    for folder in folders:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if "test" in path.name or path.name == "conftest.py":
+                continue
+            modules[path] = _module_name(path)
+    names = {name for name, _ in modules.values()}
     graph = {}
-    for path in (ROOT / "reports").glob("*.py"):
-        name = f"specgauge.reports.{path.stem}"
-        graph[name] = {m for m in _imports(path, "specgauge.reports")
-                       if m.startswith("specgauge.reports.") and m.count(".") == 2}
+    for path, (name, package) in modules.items():
+        deps = set()
+        for imported in _imports(path, package):
+            while imported and imported not in names:  # ``a.b.attr`` imports the module ``a.b``
+                imported = imported.rpartition(".")[0]
+            if imported and imported != name:
+                deps.add(imported)
+        graph[name] = deps
     return graph
 
 
-def test_reports_has_no_import_circle() -> None:
-    graph = _reports_graph()
-    cycles = [f"{a} <-> {b}" for a, deps in graph.items() for b in deps if a in graph.get(b, ()) and a < b]
-    assert not cycles, cycles
+def _cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import circle in ``graph`` (a package's ``__init__`` counts as its own module), or []."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        state[node] = 1
+        stack.append(node)
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == 1:
+                return stack[stack.index(dep):] + [dep]
+            if dep not in state:
+                found = visit(dep)
+                if found:
+                    return found
+        state[node] = 2
+        stack.pop()
+        return []
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return []
+
+
+def _report_room(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if parts[:2] == ["specgauge", "reports"] and len(parts) > 2 else None
+
+
+def test_the_report_layer_has_no_import_circle() -> None:
+    cycle = _cycle(_graph("reports", "measurement", "simulator", "specgauge"))
+    assert not cycle, " -> ".join(cycle)
+
+
+def test_the_circle_finder_sees_a_circle() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) == []
+
+
+def _room_offences(label: str, source: str, name: str, package: str) -> list[str]:
+    """What one report module does wrong: a lower room importing another room, or anyone's internals."""
+    room, offending = _report_room(name), []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        module = _imports_of(node, package)
+        other = _report_room(module)
+        if other and other != room and room != "cli":
+            offending.append(f"{label} imports the {other} room ({module})")
+        private = [a.name for a in node.names if a.name.startswith("_")]
+        if private and other and other != room:
+            offending.append(f"{label} imports {module}'s internals {private}")
+    return offending
+
+
+def test_report_rooms_import_only_downwards() -> None:
+    """``figures``, ``planning`` and ``sweeps`` import neither each other nor the commands, nor
+    anyone's private names across rooms; only ``cli`` brings the rooms together."""
+    assert set(REPORT_ROOMS) == {p.name for p in (ROOT / "reports").iterdir() if (p / "__init__.py").exists()}
+    offending = []
+    for path in sorted((ROOT / "reports").rglob("*.py")):
+        name, package = _module_name(path)
+        offending += _room_offences(str(path.relative_to(ROOT)), path.read_text(), name, package)
+    assert not offending, "\n".join(offending)
+
+
+def test_the_room_checker_sees_a_lower_room_reaching_sideways_or_up() -> None:
+    bad = "from ..sweeps.journal import sweep_lock\nfrom specgauge.reports.cli.plan import main\n"
+    assert len(_room_offences("x", bad, "specgauge.reports.figures.x", "specgauge.reports.figures")) == 2
+    private = "from specgauge.reports.planning.decisions import _decision\n"
+    assert _room_offences("x", private, "specgauge.reports.cli.x", "specgauge.reports.cli")
+    assert not _room_offences("x", private, "specgauge.reports.planning.x", "specgauge.reports.planning")
+
+
+def _imports_of(node: ast.ImportFrom, package: str) -> str:
+    if node.level:
+        base = package.split(".")[: len(package.split(".")) - node.level + 1]
+        return ".".join(base + ([node.module] if node.module else []))
+    return node.module or ""
+
+
+def test_the_report_layer_has_few_flat_modules_and_no_feature_prefixes() -> None:
+    flat = sorted(p.name for p in (ROOT / "reports").glob("*.py"))
+    assert len(flat) <= 8, flat
+    prefixed = [str(p.relative_to(ROOT)) for folder in ("reports", "measurement")
+                for p in (ROOT / folder).rglob("acceptance_*.py")]
+    assert not prefixed, prefixed
+
+
+@pytest.mark.parametrize(("folder", "forbidden"), [
+    ("stattests", ("specgauge.reports", "specgauge.measurement")),   # the gate, its conftest and plugin included
+    ("simulator", ("specgauge.reports", "specgauge.measurement")),
+    ("measurement", ("specgauge.reports",)),
+    ("fixtures", ("specgauge.reports", "specgauge.measurement")),
+    ("specgauge", ("specgauge.reports", "specgauge.measurement", "specgauge.stattests", "specgauge.simulator")),
+])
+def test_lower_floors_never_import_the_report_layer(folder: str, forbidden: tuple[str, ...]) -> None:
+    offending = []
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        _, package = _module_name(path)
+        for module in _imports(path, package):
+            if module.startswith(forbidden):
+                offending.append(f"{path.relative_to(ROOT)} imports {module}")
+    assert not offending, "\n".join(offending)
+
+
+def test_the_commands_and_the_measurement_import_no_torch() -> None:
+    """``specgauge --help``, ``specgauge plan`` and even loading ``specgauge acceptance`` import no torch:
+    only a Hugging Face model, once loaded, does."""
+    code = ("import sys\n"
+            "from specgauge.reports.cli import SUBCOMMANDS, main\n"
+            "import importlib\n"
+            "assert main(['--help']) == 0\n"
+            "for module, _ in SUBCOMMANDS.values():\n"
+            "    importlib.import_module(module)\n"
+            "import specgauge.measurement.forcing, specgauge.measurement.models, specgauge.measurement.prompts\n"
+            "heavy = sorted(m for m in ('torch', 'transformers', 'matplotlib') if m in sys.modules)\n"
+            "print(heavy)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout
+
+
+def test_every_package_folder_is_listed_in_pyproject() -> None:
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert {v: k for k, v in config["package-dir"].items()} == FOLDERS
+    found = {_module_name(init)[0] for folder in FOLDERS for init in (ROOT / folder).rglob("__init__.py")
+             if "__pycache__" not in init.parts}
+    assert found <= set(config["packages"]), found - set(config["packages"])  # data folders are listed too
 
 
 def test_old_flat_names_import_with_one_warning() -> None:

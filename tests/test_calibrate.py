@@ -11,7 +11,7 @@ from scipy import stats
 
 from specgauge.reports.cli import main as cli_main
 from specgauge.simulator import IIDAcceptance, SimulationConfig, simulate
-from specgauge.reports.calibrate import calibration_prior
+from specgauge.reports.cli.calibrate import calibration_prior
 from specgauge.simulator.fit import fit_step_model, latency_equation, step_equation
 from specgauge.simulator.profiles import load_gpu, load_model, load_step_fit
 

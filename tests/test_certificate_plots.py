@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-import specgauge.reports.certificate_plots as cp  # noqa: E402
+import specgauge.stattests.chain.figures as cp  # noqa: E402
 from specgauge.reports.cli import main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,7 +25,7 @@ ACCEPT_ALL = "specgauge.stattests.chain.zoo:accept-all"
 def drawn(monkeypatch):
     """What each figure shows: the suptitle and its colour, each panel's title, the red marks."""
     seen: dict[str, dict] = {}
-    real_save = cp._save
+    real_save = cp.save_figure
 
     def recording_save(fig, path, **kwargs):
         panels = fig.axes
@@ -37,7 +37,7 @@ def drawn(monkeypatch):
         }
         return real_save(fig, path, **kwargs)
 
-    monkeypatch.setattr(cp, "_save", recording_save)
+    monkeypatch.setattr(cp, "save_figure", recording_save)
     return seen
 
 

@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from specgauge.reports import plan, simulate
-from specgauge.reports.options import simulation_options
+from specgauge.reports.cli import plan, simulate
+from specgauge.reports.cli.options import simulation_options
 from specgauge.simulator import SimulationConfig, known_gpus, known_models
 
 

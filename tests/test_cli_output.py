@@ -30,7 +30,7 @@ def _read_only_folder(tmp_path: Path) -> Path:
 
 
 def test_simulate_csv_in_a_missing_folder_is_one_line_before_simulating(tmp_path, capsys, monkeypatch):
-    import specgauge.reports.simulate as sim
+    import specgauge.reports.cli.simulate as sim
 
     monkeypatch.setattr(sim, "simulate", lambda config: pytest.fail("simulated before checking the output path"))
     assert cli_main(["simulate", *SMALL_SIM, "--csv", str(tmp_path / "nope" / "s.csv")]) == 2
@@ -59,7 +59,7 @@ def test_simulate_csv_has_a_sidecar_and_the_same_seed_gives_the_same_bytes(tmp_p
 
 @pytest.mark.parametrize("where", ["directory", "read-only", "missing"])
 def test_certify_csv_that_cannot_be_written_is_one_line_before_certifying(tmp_path, capsys, monkeypatch, where):
-    import specgauge.reports.certify as cert
+    import specgauge.reports.cli.certify as cert
 
     monkeypatch.setattr(cert, "certification", lambda *a, **k: pytest.fail("certified before checking the output path"))
     path = {"directory": tmp_path, "missing": tmp_path / "nope" / "c.csv"}.get(where)

@@ -9,8 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specgauge.reports import plan
-from specgauge.reports.slo import parse_slo
+from specgauge.reports.cli import plan
+from specgauge.reports.planning.decisions import _decision, decide, recommendation
+from specgauge.reports.planning.slo import parse_slo
 
 DEFAULT_SIZE = 8 * 9  # γ ∈ {0, 1, 2, 3, 4, 5, 6, 8} × nine batch caps
 
@@ -56,25 +57,25 @@ def _frame(breakeven: dict[int, float], memory_cap: int = 203) -> pd.DataFrame:
 
 
 def test_the_headline_names_the_largest_breakeven_over_gamma():
-    decisions = plan.decide(_frame({1: 216.0, 8: 77.4}), ["gpu", "gamma", "batch_size", "qps"], parse_slo(None))
-    text = "\n".join(plan.recommendation(decisions))
+    decisions = decide(_frame({1: 216.0, 8: 77.4}), ["gpu", "gamma", "batch_size", "qps"], parse_slo(None))
+    text = "\n".join(recommendation(decisions))
     assert "stops paying at batch size ≈ 216 (γ = 1 is the last" in text, text
     # the best γ per load level, as in the table: γ = 8 first, γ = 1 longer, nothing past 216
     assert "γ = 8 at 1–16, γ = 1 at 64, γ = 0 (no speculation) at 256" in text, text
 
 
 def test_the_headline_says_when_some_gamma_pays_everywhere_and_when_the_draft_memory_binds():
-    decisions = plan.decide(_frame({1: 1000.0, 8: 77.4}), ["gpu", "gamma", "batch_size", "qps"], parse_slo(None))
-    text = "\n".join(plan.recommendation(decisions))
+    decisions = decide(_frame({1: 1000.0, 8: 77.4}), ["gpu", "gamma", "batch_size", "qps"], parse_slo(None))
+    text = "\n".join(recommendation(decisions))
     assert "does not stop paying within this sweep" in text and "binds from batch cap 256" in text, text
-    decisions = plan.decide(_frame({1: 1000.0}, memory_cap=300), ["gpu", "gamma", "batch_size", "qps"], parse_slo(None))
-    assert "does not bind here" in "\n".join(plan.recommendation(decisions))
+    decisions = decide(_frame({1: 1000.0}, memory_cap=300), ["gpu", "gamma", "batch_size", "qps"], parse_slo(None))
+    assert "does not bind here" in "\n".join(recommendation(decisions))
 
 
 def test_slo_lines_are_labelled_with_and_without_speculation():
-    decisions = pd.DataFrame([plan._decision("max_slo_request_rate_spec", "all", detail="7 req/s"),
-                              plan._decision("max_slo_request_rate_no_spec", "all", detail="4 req/s")])
-    lines = plan.recommendation(decisions)
+    decisions = pd.DataFrame([_decision("max_slo_request_rate_spec", "all", detail="7 req/s"),
+                              _decision("max_slo_request_rate_no_spec", "all", detail="4 req/s")])
+    lines = recommendation(decisions)
     assert lines == ["SLO with speculation: 7 req/s.", "SLO without speculation: 4 req/s."]
 
 

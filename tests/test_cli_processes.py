@@ -13,16 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from specgauge.csvio import CsvTarget
-from specgauge.reports import plan
-from specgauge.reports.csvio import ReportOutputError, sweep_lock
+from specgauge.csvio import CsvTarget, ReportOutputError
+from specgauge.reports.cli import plan
+from specgauge.reports.sweeps.journal import sweep_lock
 
 SCRIPT = textwrap.dedent(
     """
     import os, sys, time
     from pathlib import Path
     from specgauge.csvio import CsvTarget
-    from specgauge.reports.sweep import SweepOptions, sweep_to_csv
+    from specgauge.reports.sweeps.executors import SweepOptions, sweep_to_csv
 
     def slow(x):
         with open(sys.argv[2], "a") as handle:

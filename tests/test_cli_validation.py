@@ -75,7 +75,7 @@ def test_file_schema_errors_name_file_line_and_field(tmp_path):
 
 
 def test_certify_says_when_sample_sizes_are_capped_and_what_they_resolve(capsys, monkeypatch, tmp_path):
-    import specgauge.reports.certify as certify_command
+    import specgauge.reports.cli.certify as certify_command
     from specgauge.errors import SpecgaugeError
 
     def stop(*args, **kwargs):
@@ -92,7 +92,7 @@ def test_certify_says_when_sample_sizes_are_capped_and_what_they_resolve(capsys,
 
 
 def test_no_capped_note_when_the_sizes_are_reached():
-    from specgauge.reports.certify import capped_note
+    from specgauge.reports.cli.certify import capped_note
     from specgauge.stattests.chain.certify import CertConfig
 
     assert capped_note(CertConfig(tv=0.05), ["seed-six-token"], None, False) == ""
@@ -110,7 +110,7 @@ def test_a_decoder_whose_verify_always_raises_is_summarised_as_such(tmp_path, ca
 
 
 def test_simulate_warns_past_its_memory_estimate_before_any_work(capsys, monkeypatch):
-    import specgauge.reports.simulate as simulate_command
+    import specgauge.reports.cli.simulate as simulate_command
 
     monkeypatch.setattr(simulate_command, "simulate", lambda *a, **k: pytest.fail("simulated"))
     monkeypatch.setattr(simulate_command, "MEMORY_WARNING_BYTES", 0)  # stop at the estimate
@@ -123,7 +123,7 @@ def test_simulate_warns_past_its_memory_estimate_before_any_work(capsys, monkeyp
 
 
 def test_law_gives_an_eta_for_a_huge_number_of_rounds(capsys, monkeypatch, tmp_path):
-    import specgauge.reports.law as law
+    import specgauge.reports.cli.law as law
 
     monkeypatch.setattr(law, "law_table", lambda *a, **k: pytest.fail("started the Monte Carlo"))
     monkeypatch.setattr(law, "rounds_per_second", lambda decoder, gamma: 1e6)
@@ -151,7 +151,7 @@ def test_the_plugin_refuses_a_bad_option_once_before_collection(args, needle, tm
 
 
 def test_simulate_refuses_a_run_larger_than_this_machines_memory_before_any_work(capsys, monkeypatch):
-    import specgauge.reports.simulate as simulate_command
+    import specgauge.reports.cli.simulate as simulate_command
 
     monkeypatch.setattr(simulate_command, "simulate", lambda *a, **k: pytest.fail("simulated"))
     assert main(["simulate", "--requests", "1e12"]) == 2

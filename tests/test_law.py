@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specgauge.reports import law
+from specgauge.reports.cli import law
 
 
 def test_closed_form_matches_its_limits_and_the_seed_number():

@@ -8,8 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specgauge.reports import cli, plan
-from specgauge.reports.slo import parse_slo
+from specgauge.reports import cli
+from specgauge.reports.cli import plan
+from specgauge.reports.planning.decisions import crossing, slo_capacity
+from specgauge.reports.planning.slo import parse_slo
 
 SMALL = ["--gamma", "0,2,4", "--batch-size", "1,16,256", "--requests", "40", "--output-len", "64", "--no-progress"]
 
@@ -52,16 +54,16 @@ def test_same_arguments_give_the_same_bytes_across_jobs(small_run, tmp_path):
 
 
 def test_crossing_interpolates_in_log_batch():
-    value, kind = plan.crossing(np.array([1, 4, 16, 64]), np.array([2.0, 1.5, 1.25, 0.75]))
+    value, kind = crossing(np.array([1, 4, 16, 64]), np.array([2.0, 1.5, 1.25, 0.75]))
     assert kind == "crossed" and value == pytest.approx(32.0)
-    assert plan.crossing(np.array([1, 2]), np.array([1.5, 1.1]))[1] == "always"
-    assert plan.crossing(np.array([1, 2]), np.array([0.9, 0.8]))[1] == "never"
+    assert crossing(np.array([1, 2]), np.array([1.5, 1.1]))[1] == "always"
+    assert crossing(np.array([1, 2]), np.array([0.9, 0.8]))[1] == "never"
 
 
 def test_slo_capacity_with_and_without_speculation():
     frame = pd.DataFrame({"gamma": [0, 0, 3, 3], "batch_size": [8, 64, 8, 64], "qps": [None] * 4,
                           "request_throughput": [1.0, 5.0, 2.0, 7.0], "p99_tpot_ms": [30, 60, 10, 45]})
-    rows = pd.DataFrame(plan.slo_capacity(frame, [], parse_slo("tpot:50")))
+    rows = pd.DataFrame(slo_capacity(frame, [], parse_slo("tpot:50")))
     got = rows.set_index("decision")["value"]
     assert got["max_slo_request_rate_spec"] == 7.0 and got["max_slo_request_rate_no_spec"] == 1.0
 

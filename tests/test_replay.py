@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specgauge.reports import plan
+from specgauge.reports.cli import plan
 from specgauge.simulator import ConfigError, SimulationConfig, simulate
 from specgauge.simulator.replay import ReplayAcceptance
 

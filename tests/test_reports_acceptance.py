@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from specgauge.reports.acceptance import AcceptanceError, load_profiles, parse_acceptance
+from specgauge.reports.planning.measured_rates import AcceptanceError, load_profiles, parse_acceptance
 
 
 def test_single_alpha_and_per_position_list():

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from specgauge.reports.plots import pareto_front, plot_plan  # noqa: E402
+from specgauge.reports.figures.curves import pareto_front, plot_plan  # noqa: E402
 
 
 def test_pareto_front_keeps_only_undominated_points():
@@ -27,10 +27,10 @@ def test_plan_figures_are_written_beside_the_csv(tmp_path):
 
 
 def test_plan_figures_name_the_scenario_the_metric_and_the_draft_memory_cap(tmp_path, monkeypatch):
-    import specgauge.reports.plots as plots
+    import specgauge.reports.figures.curves as plots
 
     seen = {}
-    real_save = plots._save
+    real_save = plots.save_figure
 
     def recording_save(fig, path):
         ax = fig.axes[0]
@@ -39,7 +39,7 @@ def test_plan_figures_name_the_scenario_the_metric_and_the_draft_memory_cap(tmp_
                            [t.get_text() for t in legend.get_texts()] if legend else [])
         return real_save(fig, path)
 
-    monkeypatch.setattr(plots, "_save", recording_save)
+    monkeypatch.setattr(plots, "save_figure", recording_save)
     rows = [{"gamma": g, "batch_size": b, "alpha": 0.8, "speedup_vs_no_spec": 2.0 / (1 + b / 64) if g else 1.0,
              "spec_decode_acceptance_length": 2.0, "output_throughput": 100.0 * b, "p99_tpot_ms": 10.0 + b,
              "max_concurrency": 203, "max_concurrency_no_draft": 304} for g in (0, 2) for b in (1, 16, 256)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from specgauge.reports.slo import SLOError, parse_slo
+from specgauge.reports.planning.slo import SLOError, parse_slo
 
 
 def test_parses_vllm_goodput_spelling():

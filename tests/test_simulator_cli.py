@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from specgauge.reports.cli import main as cli_main
-from specgauge.reports.options import add_simulation_options, configs_from_args
+from specgauge.reports.cli.options import add_simulation_options, configs_from_args
 from specgauge.errors import UsageError
 from specgauge.simulator import (ConfigError, IIDAcceptance, PerRequestAcceptance, SimulationConfig, known_gpus, known_models,
                        load_gpu, load_model, simulate)
@@ -84,7 +84,7 @@ def test_simulate_command_refuses_bad_input_in_one_line(argv, message, capsys):
 
 
 def test_simulate_shows_a_progress_bar_past_a_few_seconds_and_the_row_is_unchanged(monkeypatch, capsys):
-    from specgauge.reports import simulate as command
+    from specgauge.reports.cli import simulate as command
     from specgauge.simulator.config import SimulationConfig
     from specgauge.simulator.core import simulate
 

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from specgauge.csvio import CsvTarget, ReportOutputError, resolve_csv_target
-from specgauge.reports.sweep import SweepError, SweepOptions, run_sweep, sweep_to_csv
+from specgauge.reports.sweeps.executors import SweepError, SweepOptions, run_sweep, sweep_to_csv
 
 
 def square(x: int) -> dict:
@@ -125,8 +125,8 @@ SCRIPT = textwrap.dedent(
     """
     import os, sys, time
     from pathlib import Path
-    from specgauge.reports.csvio import CsvTarget
-    from specgauge.reports.sweep import SweepOptions, sweep_to_csv
+    from specgauge.csvio import CsvTarget
+    from specgauge.reports.sweeps.executors import SweepOptions, sweep_to_csv
 
     CALLS = sys.argv[2]
 

@@ -8,7 +8,7 @@ import pytest
 from scipy import stats
 
 from specgauge.laws import tokens_per_pass
-from specgauge.reports import plan
+from specgauge.reports.cli import plan
 from specgauge.simulator import ConfigError, IIDAcceptance, SimulationConfig, simulate
 from specgauge.simulator.core import prepare
 from specgauge.simulator.trees import TreeAcceptance, parse_tree, tree_shape

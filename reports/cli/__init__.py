@@ -1,4 +1,10 @@
-"""The ``specgauge`` command: a small table of subcommands, each a module with ``main(argv)``."""
+"""The ``specgauge`` command: a small table of subcommands, each a module of this package with ``main(argv)``.
+
+The table names each command's module without importing it (pip's ``commands/`` shape),
+so ``specgauge --help`` and ``specgauge plan`` import neither torch nor the other
+commands. Beside the command modules: ``options`` (the simulation options, generated from
+``SimulationConfig``) and ``console`` (printing that survives a closed pipe).
+"""
 
 from __future__ import annotations
 
@@ -15,14 +21,14 @@ INTERNAL_ERROR = 70
 TRACEBACK_ENV = "SPECGAUGE_TRACEBACK"
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "plan": ("specgauge.reports.plan", "sweep the simulator and recommend a speculation setting"),
-    "simulate": ("specgauge.reports.simulate", "simulate one serving configuration"),
-    "law": ("specgauge.reports.law", "tokens-per-pass and speed-up curves against acceptance"),
-    "certify": ("specgauge.reports.certify", "certify a decoder and write the certificate CSV"),
-    "calibrate": ("specgauge.reports.calibrate", "fit the step-time model to measurements, write a profile"),
-    "probe": ("specgauge.reports.probe", "sample an OpenAI-compatible server into a resumable JSONL"),
-    "compare": ("specgauge.reports.compare", "certify a server's samples (on vs off, logprobs, local model)"),
-    "acceptance": ("specgauge.reports.acceptance_cli", "measure each draft's acceptance on your prompts by teacher forcing"),
+    "plan": ("specgauge.reports.cli.plan", "sweep the simulator and recommend a speculation setting"),
+    "simulate": ("specgauge.reports.cli.simulate", "simulate one serving configuration"),
+    "law": ("specgauge.reports.cli.law", "tokens-per-pass and speed-up curves against acceptance"),
+    "certify": ("specgauge.reports.cli.certify", "certify a decoder and write the certificate CSV"),
+    "calibrate": ("specgauge.reports.cli.calibrate", "fit the step-time model to measurements, write a profile"),
+    "probe": ("specgauge.reports.cli.probe", "sample an OpenAI-compatible server into a resumable JSONL"),
+    "compare": ("specgauge.reports.cli.compare", "certify a server's samples (on vs off, logprobs, local model)"),
+    "acceptance": ("specgauge.reports.cli.acceptance", "measure each draft's acceptance on your prompts by teacher forcing"),
 }
 
 
@@ -78,6 +84,3 @@ def main(argv: list[str] | None = None) -> int:
               f"{TRACEBACK_ENV}=1 shows the traceback)", file=sys.stderr)
         return INTERNAL_ERROR
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

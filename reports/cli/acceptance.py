@@ -21,8 +21,9 @@ import pandas as pd
 from specgauge.csvio import _atomic_write_bytes, resolve_csv_target, write_csv_atomic
 from specgauge.errors import SpecgaugeError
 
-from .acceptance_models import AcceptanceInputError, Loader, Sampling, load_model, split_label
-from .acceptance_prompts import Request, read_requests
+from specgauge.measurement.models import Loader, MeasurementInputError, Sampling, load_model, split_label
+from specgauge.measurement.prompts import Request, read_requests
+
 from .console import say, warn
 
 DEFAULT_GAMMAS = "1,2,3,4,5,6,8"
@@ -38,9 +39,9 @@ def _ints(text: str, flag: str, minimum: int = 1) -> tuple[int, ...]:
     try:
         values = tuple(int(v) for v in text.split(",") if v.strip())
     except ValueError:
-        raise AcceptanceInputError(f"{flag} {text!r}: expected comma-separated integers") from None
+        raise MeasurementInputError(f"{flag} {text!r}: expected comma-separated integers") from None
     if not values or min(values) < minimum:
-        raise AcceptanceInputError(f"{flag} {text!r}: expected integers >= {minimum}")
+        raise MeasurementInputError(f"{flag} {text!r}: expected integers >= {minimum}")
     return tuple(sorted(set(values)))
 
 
@@ -97,9 +98,9 @@ def _requests(args, tokenizer: str | None) -> list[Request]:
         pair = split_label(args.target)[1][4:].partition("/")[0]
         requests = [Request(np.asarray(load_toy_lm(pair).prompt, np.int64), origin=f"toy:{pair} prompt")]
     else:
-        raise AcceptanceInputError("--prompts is required (only a toy target has a prompt of its own)")
+        raise MeasurementInputError("--prompts is required (only a toy target has a prompt of its own)")
     if args.samples < 1:
-        raise AcceptanceInputError(f"--samples must be at least 1, got {args.samples}")
+        raise MeasurementInputError(f"--samples must be at least 1, got {args.samples}")
     if any(r.continuation is not None for r in requests):
         _check_probe_sampling(args)
     return [r for r in requests for _ in range(args.samples)]
@@ -122,31 +123,31 @@ def _prepare(args):
     for flag, value in (("--max-new-tokens", args.max_new_tokens), ("--batch-size", args.batch_size),
                         ("--candidates", args.candidates), ("--plan-requests", args.plan_requests)):
         if value < 1:
-            raise AcceptanceInputError(f"{flag} must be at least 1, got {value}")
+            raise MeasurementInputError(f"{flag} must be at least 1, got {value}")
     gammas = _ints(args.gamma, "--gamma")
     run_gammas = _ints(args.run_gamma, "--run-gamma") if args.run else ()
     target_csv = resolve_csv_target(args.csv, default_name="acceptance.csv")
     if args.plot is None:
         args.plot = importlib.util.find_spec("matplotlib") is not None
     if args.plot:
-        from .plots import _pyplot
+        from specgauge.plotting import pyplot
 
-        _pyplot()
+        pyplot()
     loader = Loader(Sampling(args.temperature, args.top_p, args.top_k), args.device, args.dtype, args.batch_size,
                     args.threads)
     target = load_model(args.target, "target", loader)
     drafts = [load_model(spec, "draft", loader) for spec in args.draft]
     labels = [d.name for d in drafts]
     if len(set(labels)) != len(labels):
-        raise AcceptanceInputError(f"two drafts share a label ({', '.join(labels)}): name them LABEL=SPEC")
+        raise MeasurementInputError(f"two drafts share a label ({', '.join(labels)}): name them LABEL=SPEC")
     tokenizer = getattr(target, "path", None)
     requests = _requests(args, tokenizer)
     plan = None
     if args.plan:
-        from .acceptance_plan import PlanSetting, configs, parse_plan_drafts
+        from specgauge.reports.planning.ranking import PlanSetting, configs, parse_plan_drafts
 
         if args.plan_target is None:
-            raise AcceptanceInputError("--plan needs --plan-target, the target's simulator profile (e.g. llama-3.1-8b)")
+            raise MeasurementInputError("--plan needs --plan-target, the target's simulator profile (e.g. llama-3.1-8b)")
         plan = PlanSetting(args.plan_gpu, args.plan_target, parse_plan_drafts(args.plan_draft, labels),
                            _ints(args.plan_batch_size, "--plan-batch-size"), gammas, args.plan_requests,
                            args.plan_prompt_len, args.plan_output_len, args.seed)
@@ -161,7 +162,7 @@ def _bar(total: int, desc: str, off: bool, unit: str = "req"):
 
 
 def _run(args, target, drafts, requests, run_gammas) -> dict:
-    from .measure_acceptance import run_speculative
+    from specgauge.measurement.forcing import run_speculative
 
     measured = {}
     for draft in drafts:
@@ -189,12 +190,12 @@ def _say_comparison(summary: pd.DataFrame) -> None:
 def execute(args) -> int:
     import json
 
-    from .measure_acceptance import SUMMARY_COLUMNS, measure, summary_rows, trace_records
+    from specgauge.measurement.forcing import SUMMARY_COLUMNS, measure, summary_rows, trace_records
 
     try:
         target_csv, target, drafts, requests, gammas, run_gammas, plan = _prepare(args)
     except SpecgaugeError as exc:  # a probe file, a profile, an output folder: all inputs, all exit 2
-        raise AcceptanceInputError(str(exc)) from None
+        raise MeasurementInputError(str(exc)) from None
     started = time.perf_counter()
     with _bar(len(requests), "teacher forcing", args.no_progress) as bar:
         m = measure(target, drafts, requests, length=args.max_new_tokens, seed=args.seed, k=args.candidates,
@@ -217,7 +218,7 @@ def execute(args) -> int:
     say(f"wrote {traces} (replay: --acceptance {traces}:LABEL with LABEL one of {', '.join(d.label for d in m.drafts)})")
     say(f"wrote {target_csv.path}")
     if args.plot:
-        from .acceptance_plot import plot_acceptance
+        from specgauge.reports.figures.measurement import plot_acceptance
 
         say(f"wrote {plot_acceptance(m, summary, target_csv.path.with_suffix('.png'))}")
     first = summary.drop_duplicates("draft")
@@ -231,7 +232,7 @@ def execute(args) -> int:
 
 
 def _plan(args, plan, target_csv, traces: Path, summary: pd.DataFrame, metadata: dict) -> None:
-    from .acceptance_plan import configs, decisions, ranking_lines, simulate_all
+    from specgauge.reports.planning.ranking import configs, decisions, ranking_lines, simulate_all
 
     items = configs(plan, traces)
     with _bar(len(items), "simulate", args.no_progress) as bar:

@@ -362,9 +362,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"worst-case error {fit.worst_error:.1%}, RMS {fit.rms_error:.1%} over {len(equations)} measurements")
     print(f"wrote {out} and {points_path}")
     if args.plot:
-        from .plots import _pyplot, _save
+        from specgauge.plotting import pyplot, save_figure
 
-        plt = _pyplot()
+        plt = pyplot()
         fig, ax = plt.subplots(figsize=(5, 5))
         ax.scatter(fit.measured * 1e3, fit.fitted * 1e3, s=14)
         lo, hi = float(min(fit.measured.min(), fit.fitted.min()) * 1e3), float(max(fit.measured.max(), fit.fitted.max()) * 1e3)
@@ -372,5 +372,5 @@ def main(argv: list[str] | None = None) -> int:
         ax.set(xscale="log", yscale="log", xlabel="measured step time (ms)", ylabel="fitted step time (ms)",
                title=f"{model.name} on {gpu.name}, tp {args.tp}: worst {fit.worst_error:.1%}")
         ax.legend()
-        print(f"wrote {_save(fig, out.with_suffix('.png'))}")
+        print(f"wrote {save_figure(fig, out.with_suffix('.png'))}")
     return 0

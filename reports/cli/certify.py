@@ -12,9 +12,10 @@ from specgauge.stattests.chain.certify import (ALL_FIXTURES, DEFAULT_FALSE_FAIL,
 from specgauge.stattests.core.contract import decoder_name, load_decoder
 from specgauge.stattests.chain.checks import CHECKS
 from specgauge.csvio import resolve_csv_target
-from specgauge.reports.console import say
-from specgauge.reports.certificate_plots import check_plotting, figures_note, plot_certificate
 from specgauge.stattests.chain.certify import certification
+from specgauge.stattests.chain.figures import check_plotting, figures_note, plot_certificate
+
+from .console import say
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 
+from specgauge.csvio import resolve_csv_target
 from specgauge.errors import ConfigError
 from specgauge.stattests.server.compare import MODES, ServerCertificate, run_mode
 from specgauge.stattests.server.probe import read_probe
 
-from .csvio import resolve_csv_target
 from .probe import _number, count, positive, top_p, unit
 
 rate = _number(float, lambda v: 0 < v < 1, "a rate in (0, 1)")

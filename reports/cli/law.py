@@ -20,13 +20,13 @@ import numpy as np
 import pandas as pd
 
 from specgauge import validate
+from specgauge.csvio import CsvTarget, resolve_csv_target, write_csv_atomic
 from specgauge.stattests.core.contract import ContractViolation, check_emitted, emitted_lengths, load_decoder
 from specgauge.errors import SpecgaugeError
 from specgauge.laws import law_frame, speedup, tokens_per_pass  # noqa: F401  (speedup: re-exported)
 from specgauge.stattests.core.sampling import sample_rows
 
 from .console import say, warn
-from .csvio import CsvTarget, resolve_csv_target, write_csv_atomic
 
 #: The seed document's six-token example: TV(p, q) = 0.1, so α = 0.9.
 SEED_TARGET = np.array([0.40, 0.25, 0.15, 0.10, 0.06, 0.04])
@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     write_csv_atomic(frame, target.path, metadata)
     say(f"wrote {target.path} ({len(frame)} rows)")
     if args.plot:
-        from .plots import plot_law
+        from specgauge.reports.figures.curves import plot_law
 
         for path in plot_law(frame, target.path):
             say(f"wrote {path}")

@@ -13,18 +13,16 @@ import argparse
 import importlib.util
 import sys
 import time
-from typing import Any, Sequence
+from typing import Any
 
-import numpy as np
-import pandas as pd
-
+from specgauge.csvio import CsvTarget, resolve_csv_target, write_csv_atomic
 from specgauge.errors import UsageError
+from specgauge.reports.planning.decisions import decide, recommendation, summary_table
+from specgauge.reports.planning.measured_rates import AcceptanceSpec, parse_acceptance
+from specgauge.reports.planning.slo import parse_slo
+from specgauge.reports.sweeps.executors import add_sweep_options, options_from_args, sweep_to_csv
 
-from .acceptance import AcceptanceSpec, parse_acceptance
 from .console import say, warn
-from .csvio import CsvTarget, resolve_csv_target, write_csv_atomic
-from .slo import SLO, parse_slo
-from .sweep import add_sweep_options, options_from_args, sweep_to_csv
 
 #: The default scenario: the seed's deployment (Qwen3-32B with Qwen3-0.6B drafting on one
 #: H200: the SimulationConfig defaults) swept over γ and the batch cap, saturated. Every
@@ -32,325 +30,9 @@ from .sweep import add_sweep_options, options_from_args, sweep_to_csv
 #: SimulationConfig), so ``plan --jobs 2`` or ``plan --acceptance 0.6`` still sweeps it.
 PLAN_DEFAULTS = {"gamma": "0,1,2,3,4,5,6,8", "batch_size": "1,2,4,8,16,32,64,128,256", "requests": "400"}
 
-LOAD_COLUMNS = ("batch_size", "qps")
-LATENCY_METRIC = "mean_tpot_ms"
-THROUGHPUT_METRIC = "output_throughput"
-SPEEDUP_METRIC = "speedup_vs_no_spec"
-DECISION_COLUMNS = ["decision", "scope", "batch_size", "qps", "gamma", "metric", "value", "baseline", "speedup", "detail",
-                    "shape"]
-
 
 class PlanError(UsageError):
     """The plan's options do not describe a sweep that can run: a usage error, exit status 2."""
-
-
-# --------------------------------------------------------------------------- decisions
-
-
-def _scope_columns(frame: pd.DataFrame, config_columns: Sequence[str]) -> list[str]:
-    """Configuration columns that vary in the sweep other than γ and the load axes."""
-    skip = {"gamma", "policy", "acceptance", "alpha", "seed", "arrival", "tree", "tree_acceptance", *LOAD_COLUMNS}  # arrival follows qps
-    return [c for c in config_columns if c in frame and c not in skip and frame[c].nunique(dropna=False) > 1]
-
-
-def _scope_label(key: Any, columns: list[str]) -> str:
-    if not columns:
-        return "all"
-    key = key if isinstance(key, tuple) else (key,)
-    return " ".join(f"{c}={v}" for c, v in zip(columns, key))
-
-
-def _groups(frame: pd.DataFrame, columns: list[str]):
-    if not columns:
-        yield (), frame
-        return
-    yield from frame.groupby(columns, dropna=False, sort=False)
-
-
-def _nan_to_none(value: Any) -> Any:
-    return None if isinstance(value, float) and np.isnan(value) else value
-
-
-def _decision(decision: str, scope: str, row: pd.Series | None = None, **fields: Any) -> dict[str, Any]:
-    out = {c: None for c in DECISION_COLUMNS}
-    out.update(decision=decision, scope=scope)
-    if row is not None:
-        out.update(batch_size=_nan_to_none(row.get("batch_size")), qps=_nan_to_none(row.get("qps")), gamma=int(row["gamma"]),
-                   shape=draft_shape(row))
-    out.update(fields)
-    return out
-
-
-def draft_shape(row: pd.Series) -> str:
-    """What a row drafts: ``none``, ``chain γ=4`` or ``tree topk:4x5``."""
-    tree = row.get("tree")
-    if int(row["gamma"]) == 0:
-        return "none"
-    return f"tree {tree}" if isinstance(tree, str) and tree != "none" else f"chain γ={int(row['gamma'])}"
-
-
-def best_gamma(frame: pd.DataFrame, scope_cols: list[str]) -> list[dict[str, Any]]:
-    """Per load level: the γ with the lowest mean TPOT and the one with the highest throughput.
-
-    Every simulated row carries its own paired no-speculation baseline (``no_spec_*``), so
-    γ = 0 competes even when the sweep does not list it: when no swept γ beats it, the
-    answer is γ = 0. Ties go to the smaller γ.
-    """
-    out = []
-    for skey, scoped in _groups(frame, scope_cols):
-        scope = _scope_label(skey, scope_cols)
-        for _, level in _groups(scoped, [c for c in LOAD_COLUMNS if c in scoped]):
-            level = level.sort_values("gamma", kind="stable")
-            for decision, metric, ratio_column in (("best_gamma_latency", LATENCY_METRIC, "tpot_speedup_vs_no_spec"),
-                                                   ("best_gamma_throughput", THROUGHPUT_METRIC, SPEEDUP_METRIC)):
-                ratios = pd.to_numeric(level[ratio_column], errors="coerce")
-                if ratios.isna().all():
-                    continue
-                best = level.loc[ratios.idxmax()]
-                baseline = float(best[f"no_spec_{metric}"])
-                if float(ratios.max()) < 1.0:  # plain decoding wins; it is γ = 0 even if not swept
-                    best = best.copy()
-                    best["gamma"] = 0
-                    value, ratio = baseline, 1.0
-                else:
-                    value, ratio = float(best[metric]), float(ratios.max())
-                detail = f"{draft_shape(best)}: {metric} {value:.4g} vs {baseline:.4g} without speculation"
-                out.append(_decision(decision, scope, best, metric=metric, value=value, baseline=baseline,
-                                     speedup=ratio, detail=detail))
-    return out
-
-
-def crossing(x: np.ndarray, speedup: np.ndarray, log: bool = True) -> tuple[float | None, str]:
-    """Where ``speedup`` first falls to 1 along increasing ``x`` (interpolated), and how it ended.
-
-    Returns (value, kind): kind is ``crossed``, ``always`` (pays at every x) or ``never``
-    (does not pay even at the smallest x). The crossing is interpolated linearly in log x
-    between the last point that pays and the first that does not.
-    """
-    order = np.argsort(x, kind="stable")
-    x, s = np.asarray(x, float)[order], np.asarray(speedup, float)[order]
-    below = np.flatnonzero(s <= 1.0)
-    if below.size == 0:
-        return None, "always"
-    first = int(below[0])
-    if first == 0:
-        return None, "never"
-    x0, x1, s0, s1 = x[first - 1], x[first], s[first - 1], s[first]
-    t = (s0 - 1.0) / (s0 - s1) if s0 != s1 else 1.0
-    if log and x0 > 0:
-        return float(np.exp(np.log(x0) + t * (np.log(x1) - np.log(x0)))), "crossed"
-    return float(x0 + t * (x1 - x0)), "crossed"
-
-
-def breakeven(frame: pd.DataFrame, scope_cols: list[str], axis: str) -> list[dict[str, Any]]:
-    """Per γ > 0 (and per value of the other load axis): where the speed-up crosses 1 along ``axis``."""
-    other = [c for c in LOAD_COLUMNS if c != axis and c in frame]
-    spec = frame[(frame["gamma"] > 0) & frame[axis].notna()]
-    if spec[axis].nunique() < 2:
-        return []
-    out = []
-    name = "breakeven_batch_size" if axis == "batch_size" else "breakeven_request_rate"
-    for skey, scoped in _groups(spec, scope_cols):
-        scope = _scope_label(skey, scope_cols)
-        for _, group in _groups(scoped, other + ["gamma"]):
-            value, kind = crossing(group[axis].to_numpy(float), group[SPEEDUP_METRIC].to_numpy(float))
-            ordered = group.sort_values(axis)
-            first, last = ordered.iloc[0], ordered.iloc[-1]
-            lo, hi = group[axis].min(), group[axis].max()
-            detail = {
-                "crossed": f"γ={int(first['gamma'])} stops paying at {axis} ≈ {value:.3g}" if value else "",
-                "always": f"γ={int(first['gamma'])} pays at every swept {axis} (up to {hi:g}); no crossing",
-                "never": f"γ={int(first['gamma'])} does not pay even at {axis}={lo:g}",
-            }[kind]
-            row = _decision(name, scope, first, metric=SPEEDUP_METRIC, value=value,
-                            speedup=float(last[SPEEDUP_METRIC]), detail=detail)
-            row[axis] = None
-            out.append(row)
-    return out
-
-
-def _paired_baseline(frame: pd.DataFrame, slo: SLO) -> pd.DataFrame:
-    """γ = 0 rows rebuilt from each row's paired ``no_spec_*`` columns, when they cover the SLO."""
-    needed = [o.column for o in slo.objectives] + ["request_throughput"]
-    if not all(f"no_spec_{c}" in frame for c in needed):
-        return frame.iloc[:0]
-    base = frame.drop_duplicates([c for c in ("batch_size", "qps") if c in frame] + [f"no_spec_{c}" for c in needed]).copy()
-    for column in needed:
-        base[column] = base[f"no_spec_{column}"]
-    base["gamma"] = 0
-    base["_met"] = slo.met(base)
-    return base
-
-
-def slo_capacity(frame: pd.DataFrame, scope_cols: list[str], slo: SLO) -> list[dict[str, Any]]:
-    """Highest achieved request rate among configurations meeting the SLO, with and without speculation."""
-    if not slo:
-        return []
-    frame = frame.assign(_met=slo.met(frame))
-    if not (frame["gamma"] == 0).any():
-        frame = pd.concat([frame, _paired_baseline(frame, slo)], ignore_index=True)
-    out = []
-    for skey, scoped in _groups(frame, scope_cols):
-        scope = _scope_label(skey, scope_cols)
-        best: dict[str, float | None] = {}
-        for decision, mask in (("max_slo_request_rate_spec", scoped["gamma"] > 0),
-                               ("max_slo_request_rate_no_spec", scoped["gamma"] == 0)):
-            candidates = scoped[mask & scoped["_met"]]
-            if not len(scoped[mask]):
-                if decision.endswith("no_spec"):
-                    out.append(_decision(decision, scope, metric="request_throughput", value=None,
-                                         detail="not compared: the simulator's paired baseline lacks a column of this "
-                                         "SLO; add 0 to --gamma"))
-                continue
-            if not len(candidates):
-                out.append(_decision(decision, scope, metric="request_throughput", value=None,
-                                     detail=f"no swept configuration meets the SLO ({slo})"))
-                best[decision] = None
-                continue
-            top = candidates.loc[pd.to_numeric(candidates["request_throughput"]).idxmax()]
-            best[decision] = float(top["request_throughput"])
-            where = f"γ={int(top['gamma'])}, batch_size={top['batch_size']}" + (
-                f", qps={top['qps']:g}" if pd.notna(top.get("qps")) else ", saturated")
-            out.append(_decision(decision, scope, top, metric="request_throughput", value=best[decision],
-                                 detail=f"{best[decision]:.4g} req/s meeting {slo} at {where}"))
-        spec, base = best.get("max_slo_request_rate_spec"), best.get("max_slo_request_rate_no_spec")
-        if spec and base:
-            out[-2]["baseline"], out[-2]["speedup"] = base, spec / base
-    return out
-
-
-def draft_memory_cost(frame: pd.DataFrame, scope_cols: list[str]) -> list[dict[str, Any]]:
-    """Concurrent sequences the draft's weights and KV cache take from the target's memory.
-
-    ``batch_size`` is the smallest swept batch cap the remaining concurrency cannot hold
-    (where the draft's memory binds), empty when no swept cap reaches it.
-    """
-    spec = frame[frame["gamma"] > 0]
-    if not len(spec) or not {"max_concurrency", "max_concurrency_no_draft"} <= set(frame):
-        return []
-    out = []
-    for skey, scoped in _groups(spec, scope_cols):
-        row = scoped.iloc[0]
-        with_draft, without = int(row["max_concurrency"]), int(row["max_concurrency_no_draft"])
-        lost = without - with_draft
-        share = lost / without if without else float("nan")
-        caps = pd.to_numeric(scoped["batch_size"])
-        binding = caps[caps > with_draft]
-        binds_at = int(binding.min()) if len(binding) else None
-        where = (f"it binds from batch cap {binds_at}" if binds_at is not None
-                 else f"no swept batch cap reaches {with_draft}, so it does not bind here")
-        decision = _decision(
-            "draft_concurrency_cost", _scope_label(skey, scope_cols), metric="max_concurrency",
-            value=float(lost), baseline=float(without), speedup=None,
-            detail=f"the draft's memory leaves room for {with_draft} of {without} concurrent sequences "
-                   f"({lost} lost, {share:.0%}); {where}")
-        decision["batch_size"] = binds_at
-        out.append(decision)
-    return out
-
-
-def decide(frame: pd.DataFrame, config_columns: Sequence[str], slo: SLO) -> pd.DataFrame:
-    """All decisions as one long table (one decision per row; see the README for each)."""
-    scope_cols = _scope_columns(frame, config_columns)
-    rows = (best_gamma(frame, scope_cols) + breakeven(frame, scope_cols, "batch_size")
-            + breakeven(frame, scope_cols, "qps") + slo_capacity(frame, scope_cols, slo)
-            + draft_memory_cost(frame, scope_cols))
-    decisions = pd.DataFrame(rows, columns=DECISION_COLUMNS)
-    for column in ("batch_size", "gamma"):
-        decisions[column] = pd.to_numeric(decisions[column]).astype("Int64")
-    return decisions
-
-
-def _load_label(row: pd.Series) -> str:
-    parts = []
-    if pd.notna(row["batch_size"]):
-        parts.append(f"{int(row['batch_size'])}")
-    if pd.notna(row["qps"]):
-        parts.append(f"{row['qps']:g} req/s")
-    return " @ ".join(parts)
-
-
-def _gamma_by_load(best: pd.DataFrame) -> str:
-    """``γ = 8 at batch cap 1–8, γ = 4 at 16–32, …``: runs of consecutive load levels with one γ."""
-    runs: list[tuple[int, list[str]]] = []
-    for _, row in best.iterrows():
-        g = int(row["gamma"])
-        if runs and runs[-1][0] == g:
-            runs[-1][1].append(_load_label(row))
-        else:
-            runs.append((g, [_load_label(row)]))
-    text = [f"γ = {g}" + (" (no speculation)" if g == 0 else "") + " at "
-            + (labels[0] if len(labels) == 1 else f"{labels[0]}–{labels[-1]}") for g, labels in runs]
-    return ", ".join(text)
-
-
-def _stops_paying(group: pd.DataFrame, decision: str, axis: str) -> str | None:
-    """Where speculation as a whole stops paying: the largest break-even over γ along ``axis``."""
-    rows = group[group["decision"] == decision]
-    if not len(rows):
-        return None
-    still = rows[rows["value"].isna() & (pd.to_numeric(rows["speedup"]) > 1.0)]
-    if len(still):
-        best = still.loc[pd.to_numeric(still["speedup"]).idxmax()]
-        return (f"Speculation still pays at the largest swept {axis} (γ = {int(best['gamma'])}: "
-                f"{float(best['speedup']):.2f}×); it does not stop paying within this sweep.")
-    crossed = rows[rows["value"].notna()]
-    if not len(crossed):
-        return f"Speculation does not pay at any swept {axis}: run without the draft."
-    last = crossed.loc[pd.to_numeric(crossed["value"]).idxmax()]
-    return (f"Speculation as a whole stops paying at {axis} ≈ {float(last['value']):.3g} "
-            f"(γ = {int(last['gamma'])} is the last to break even); beyond it, run without the draft.")
-
-
-def recommendation(decisions: pd.DataFrame) -> list[str]:
-    """A few sentences a person can act on, each read off the decision table.
-
-    Per scope: the best γ at each load level (for TPOT, and for throughput where it
-    differs), the largest break-even over γ (beyond which no γ pays), the draft's memory
-    cost and where it binds, and the SLO capacities.
-    """
-    lines = []
-    for scope, group in decisions.groupby("scope", sort=False):
-        head = "" if scope == "all" else f"[{scope}] "
-        latency = group[group["decision"] == "best_gamma_latency"]
-        throughput = group[group["decision"] == "best_gamma_throughput"]
-        if len(latency):
-            axis = "batch cap @ request rate" if latency["qps"].notna().any() else "batch cap"
-            by_latency = _gamma_by_load(latency)
-            by_throughput = _gamma_by_load(throughput) if len(throughput) else by_latency
-            if by_latency == by_throughput:
-                lines.append(f"{head}Best γ by load ({axis}): {by_latency}.")
-            else:
-                lines.append(f"{head}Best γ by load ({axis}) for TPOT: {by_latency}.")
-                lines.append(f"{head}Best γ by load ({axis}) for throughput: {by_throughput}.")
-        for decision, axis in (("breakeven_batch_size", "batch size"), ("breakeven_request_rate", "request rate")):
-            line = _stops_paying(group, decision, axis)
-            if line:
-                lines.append(head + line)
-        memory = group[group["decision"] == "draft_concurrency_cost"]
-        if len(memory):
-            lines.append(f"{head}Memory: {memory.iloc[0]['detail']}.")
-        for _, r in group[group["decision"].str.startswith("max_slo")].iterrows():
-            who = "without speculation" if r["decision"].endswith("_no_spec") else "with speculation"
-            lines.append(f"{head}SLO {who}: {r['detail']}.")
-    return lines
-
-
-def _summary_table(decisions: pd.DataFrame) -> str:
-    best = decisions[decisions["decision"].isin(["best_gamma_latency", "best_gamma_throughput"])]
-    if not len(best):
-        return ""
-    table = best.pivot_table(index=["scope", "batch_size", "qps"], columns="decision", values=["gamma", "speedup"],
-                             aggfunc="first", dropna=False) if best["qps"].notna().any() else \
-        best.pivot_table(index=["scope", "batch_size"], columns="decision", values=["gamma", "speedup"], aggfunc="first")
-    table.columns = [f"{'γ' if a == 'gamma' else 'speed-up'} ({b.removeprefix('best_gamma_')})" for a, b in table.columns]
-    table = table.dropna(how="all")
-    for column in table.columns:
-        if column.startswith("γ"):
-            table[column] = table[column].astype("Int64")
-    if (table.index.get_level_values("scope") == "all").all():
-        table = table.droplevel("scope")
-    return table.to_string(float_format=lambda v: f"{v:.2f}")
 
 
 # --------------------------------------------------------------------------- command line
@@ -470,9 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     configs = plan_configs(args, acceptance)
     target: CsvTarget = resolve_csv_target(args.csv, default_name="plan.csv")
     if args.plot:
-        from .plots import _pyplot
+        from specgauge.plotting import pyplot
 
-        _pyplot()  # refuse --plot without matplotlib before the sweep, not after
+        pyplot()  # refuse --plot without matplotlib before the sweep, not after
     for message in _validate(configs):
         warn("plan", message)
     if not scenario_given:
@@ -508,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     decision_path = target.sibling("decision")
     write_csv_atomic(decisions, decision_path, {**metadata, "source_csv": target.path.name})
     say(f"wrote {decision_path}: {len(decisions)} decisions (acceptance: {source})")
-    table = _summary_table(decisions)
+    table = summary_table(decisions)
     if table:
         say("\nBest γ per load level (speed-up: TPOT for latency, output throughput for throughput):")
         say(table)
@@ -516,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     for line in recommendation(decisions):
         say(line)
     if args.plot:
-        from .plots import plot_plan
+        from specgauge.reports.figures.curves import plot_plan
 
         for path in plot_plan(frame, target.path, scenario_title(configs)):
             say(f"wrote {path}")

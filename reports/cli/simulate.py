@@ -10,8 +10,8 @@ import pandas as pd
 
 from specgauge.csvio import resolve_csv_target, write_csv_atomic
 from specgauge.errors import ConfigError, UsageError, as_usage_error
-from specgauge.reports.console import say, warn
-from specgauge.reports.options import add_simulation_options, configs_from_args
+from .console import say, warn
+from .options import add_simulation_options, configs_from_args
 from specgauge.simulator import memory_plan, simulate
 
 

@@ -13,32 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from specgauge.errors import SpecgaugeError
-
-
-class PlotError(SpecgaugeError):
-    """A figure was asked for but cannot be drawn (matplotlib missing)."""
-
-
-def _pyplot():
-    try:
-        import matplotlib
-    except ImportError:
-        raise PlotError("--plot needs matplotlib: pip install 'specgauge[plot]'") from None
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig, path: Path, dpi: int = 120) -> Path:
-    fig.savefig(path, dpi=dpi, bbox_inches="tight", metadata={"Software": None})
-    fig.clf()
-    return path
-
-
-def _png(csv_path: Path, name: str) -> Path:
-    return csv_path.with_name(f"{csv_path.stem}_{name}.png")
+from specgauge.plotting import png_beside, pyplot, save_figure
 
 
 def law_curves(frame: pd.DataFrame, ax, column: str, mc_column: str | None) -> None:
@@ -53,14 +28,14 @@ def law_curves(frame: pd.DataFrame, ax, column: str, mc_column: str | None) -> N
 
 def plot_law(frame: pd.DataFrame, csv_path: Path) -> list[Path]:
     """Tokens per pass and speed-up against α, one curve per γ (dots: Monte Carlo)."""
-    plt = _pyplot()
+    plt = pyplot()
     out = []
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     law_curves(frame, ax, "tokens_per_pass", "mc_tokens_per_pass")
     ax.set_ylabel("tokens per target pass  (1 − α^(γ+1)) / (1 − α)")
     ax.set_title("Tokens per pass against acceptance (dots: Monte Carlo)")
     ax.legend(fontsize=8)
-    out.append(_save(fig, _png(csv_path, "tokens_per_pass")))
+    out.append(save_figure(fig, png_beside(csv_path, "tokens_per_pass")))
     plt.close(fig)
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     law_curves(frame, ax, "speedup", "mc_speedup")
@@ -69,7 +44,7 @@ def plot_law(frame: pd.DataFrame, csv_path: Path) -> list[Path]:
     ax.set_ylabel(f"walltime speed-up over no speculation (×, draft cost c = {c:g})")
     ax.set_title("Walltime speed-up against acceptance")
     ax.legend(fontsize=8)
-    out.append(_save(fig, _png(csv_path, "speedup_vs_alpha")))
+    out.append(save_figure(fig, png_beside(csv_path, "speedup_vs_alpha")))
     plt.close(fig)
     return out
 
@@ -92,7 +67,7 @@ def _memory_cap(spec: pd.DataFrame) -> int | None:
 def plot_plan(frame: pd.DataFrame, csv_path: Path, scenario: str = "") -> list[Path]:
     """The plan's figures, titled with ``scenario``; each is drawn only when the sweep has the axes it needs."""
     suffix = f"\n{scenario}" if scenario else ""
-    plt = _pyplot()
+    plt = pyplot()
     out = []
     spec = frame[frame["gamma"] > 0]
     if "batch_size" in frame and frame["batch_size"].nunique() > 1 and "speedup_vs_no_spec" in frame:
@@ -110,7 +85,7 @@ def plot_plan(frame: pd.DataFrame, csv_path: Path, scenario: str = "") -> list[P
         ax.set_title("Where speculation stops paying" + suffix, fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-        out.append(_save(fig, _png(csv_path, "speedup_vs_batch")))
+        out.append(save_figure(fig, png_beside(csv_path, "speedup_vs_batch")))
         plt.close(fig)
     if {"alpha", "spec_decode_acceptance_length"} <= set(spec.columns) and len(spec):
         # x is the model's α (per-token, conditional), not vLLM's acceptance rate, which also
@@ -126,7 +101,7 @@ def plot_plan(frame: pd.DataFrame, csv_path: Path, scenario: str = "") -> list[P
         ax.set_ylabel("tokens per target pass (acceptance length)")
         ax.set_title("Tokens per pass against α: the law and the simulation" + suffix, fontsize=10)
         ax.legend(fontsize=8)
-        out.append(_save(fig, _png(csv_path, "tokens_per_pass")))
+        out.append(save_figure(fig, png_beside(csv_path, "tokens_per_pass")))
         plt.close(fig)
     if {"output_throughput", "p99_tpot_ms"} <= set(frame.columns):
         ok = frame[["output_throughput", "p99_tpot_ms"]].apply(pd.to_numeric, errors="coerce").notna().all(axis=1)
@@ -143,6 +118,6 @@ def plot_plan(frame: pd.DataFrame, csv_path: Path, scenario: str = "") -> list[P
             ax.set_title("Throughput against per-token latency" + suffix, fontsize=10)
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
-            out.append(_save(fig, _png(csv_path, "pareto")))
+            out.append(save_figure(fig, png_beside(csv_path, "pareto")))
             plt.close(fig)
     return out

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .measure_acceptance import Measurement
-from .plots import _pyplot, _save
+from specgauge.measurement.forcing import Measurement
+from specgauge.plotting import pyplot, save_figure
 
 
 def mean_along(alphas: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -23,7 +23,7 @@ def mean_along(alphas: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 def plot_acceptance(m: Measurement, summary: pd.DataFrame, path: Path) -> Path:
     """Left: α_t averaged over requests per position (a dot per position). Right: the law's tokens
     per pass against γ with its interval, and the measured mean of ``--run`` with its interval."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     for d in m.drafts:
         mean, _ = mean_along(d.alphas)
@@ -48,4 +48,4 @@ def plot_acceptance(m: Measurement, summary: pd.DataFrame, path: Path) -> Path:
     right.grid(alpha=0.3)
     right.legend(fontsize=8)
     fig.suptitle(f"teacher-forced acceptance over {len(m.prompts)} requests", fontsize=10)
-    return _save(fig, path)
+    return save_figure(fig, path)

@@ -17,8 +17,9 @@ from typing import Mapping, Sequence
 
 import pandas as pd
 
-from .acceptance_models import AcceptanceInputError
-from .plan import DECISION_COLUMNS, SPEEDUP_METRIC, _decision, decide
+from specgauge.measurement.models import MeasurementInputError
+
+from .decisions import DECISION_COLUMNS, SPEEDUP_METRIC, _decision, decide
 from .slo import SLO
 
 DRAFT_COLUMN = "measured_draft"
@@ -45,13 +46,13 @@ def parse_plan_drafts(items: Sequence[str], labels: Sequence[str]) -> dict[str, 
     for item in items:
         label, eq, profile = item.partition("=")
         if not eq or not profile:
-            raise AcceptanceInputError(f"--plan-draft {item!r}: expected LABEL=PROFILE (e.g. small=llama-3.2-1b)")
+            raise MeasurementInputError(f"--plan-draft {item!r}: expected LABEL=PROFILE (e.g. small=llama-3.2-1b)")
         if label not in labels:
-            raise AcceptanceInputError(f"--plan-draft {item!r}: no draft is labelled {label!r} "
+            raise MeasurementInputError(f"--plan-draft {item!r}: no draft is labelled {label!r} "
                                        f"(drafts: {', '.join(labels)})")
         out[label] = profile
     if not out:
-        raise AcceptanceInputError("--plan needs --plan-draft LABEL=PROFILE for at least one draft "
+        raise MeasurementInputError("--plan needs --plan-draft LABEL=PROFILE for at least one draft "
                                    f"(drafts: {', '.join(labels)})")
     return out
 
@@ -80,7 +81,7 @@ def configs(setting: PlanSetting, traces: Path | None) -> list[tuple[str, object
         for _, config in out:
             memory_plan(config)
     except ConfigError as exc:
-        raise AcceptanceInputError(str(exc)) from None
+        raise MeasurementInputError(str(exc)) from None
     return out
 
 

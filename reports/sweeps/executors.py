@@ -19,10 +19,11 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import pandas as pd
 
-from specgauge.errors import SpecgaugeError, UsageError
 from specgauge import validate
+from specgauge.csvio import CsvTarget, rows_to_frame, write_csv_atomic
+from specgauge.errors import SpecgaugeError, UsageError
 
-from .csvio import CsvTarget, Journal, item_key, rows_to_frame, sweep_lock, write_csv_atomic
+from .journal import Journal, item_key, sweep_lock
 
 EXECUTORS = ("serial", "process", "dask")
 

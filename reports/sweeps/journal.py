@@ -28,8 +28,7 @@ import socket
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from specgauge.csvio import (CsvTarget, ReportOutputError, normalise_row, resolve_csv_target,  # noqa: F401 - re-exported
-                             rows_to_frame, specgauge_version, to_builtin, write_csv_atomic)
+from specgauge.csvio import CsvTarget, ReportOutputError, normalise_row, specgauge_version, to_builtin
 
 _JOURNAL_MAGIC = "specgauge-sweep-journal"
 

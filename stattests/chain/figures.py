@@ -28,7 +28,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from specgauge.reports.plots import _png, _pyplot, _save
+from specgauge.plotting import png_beside, pyplot, save_figure
 
 #: False-fail rate of each panel's band as a whole: an exact decoder leaves it this rarely.
 BAND_FALSE_FAIL = 1e-3
@@ -44,7 +44,7 @@ MAX_LISTED = 12
 
 def check_plotting() -> None:
     """Fail at once, before any certifying, when figures are asked for and matplotlib is missing."""
-    _pyplot()
+    pyplot()
 
 
 def plot_certificate(runs: Mapping[str, object], certificate, csv_path: Path) -> list[Path]:
@@ -53,7 +53,7 @@ def plot_certificate(runs: Mapping[str, object], certificate, csv_path: Path) ->
     ``runs``: the session's runs by fixture name (``CertificationSession.runs``);
     ``certificate``: the :class:`~specgauge.stattests.core.certificate.Certificate` they produced.
     """
-    plt = _pyplot()
+    plt = pyplot()
     frame = certificate.frame
     out = []
     for name, run in runs.items():
@@ -61,7 +61,7 @@ def plot_certificate(runs: Mapping[str, object], certificate, csv_path: Path) ->
         if rows.empty:  # run, but none of its assertions kept (e.g. an interrupted session)
             continue
         fig = fixture_figure(plt, run, rows)
-        out.append(_save(fig, _png(Path(csv_path), name), dpi=DPI))
+        out.append(save_figure(fig, png_beside(Path(csv_path), name), dpi=DPI))
         plt.close(fig)
     return out
 
