@@ -26,14 +26,14 @@ def _sweep_argv(csv: str, jobs: int) -> list[str]:
             "--no-progress", "--csv", csv, "--jobs", str(jobs)]
 
 
-def test_default_plan_under_30_seconds(benchmark, tmp_path, monkeypatch):
+def test_default_plan_under_30_seconds(benchmark, tmp_path, monkeypatch, speed_target):
     monkeypatch.chdir(tmp_path)
     started = time.perf_counter()
     assert benchmark.pedantic(plan.main, args=([],), rounds=1, iterations=1) == 0
     elapsed = time.perf_counter() - started
     benchmark.extra_info["default_plan_seconds"] = round(elapsed, 2)
     print(f"\ndefault plan: {elapsed:.1f} s")
-    assert elapsed < 30
+    speed_target(elapsed < 30, f"the default plan took {elapsed:.1f} s (target under 30 s)")
     assert (tmp_path / "reports" / "plan.csv").exists()
 
 
