@@ -110,11 +110,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     session = config.stash.get(_SESSION_KEY, None)
     if session is None or isinstance(session, tuple) or not session.rows:
         return
+    from specgauge.stattests.chain.certify import sizing_note
+
     cert = session.certificate()
     terminalreporter.section("specgauge certificate")
-    terminalreporter.write_line(f"samples sized to detect TV {session.config.tv:g}")
-    terminalreporter.write_line(cert.summary())
     path = config.getoption("specgauge_certificate")
+    terminalreporter.write_line(sizing_note(session.config))
+    terminalreporter.write_line(cert.summary(os.fspath(path) if path else None))
     if path:
         cfg = session.config
         cert.to_csv(os.fspath(path), {"command": "pytest", "decoder": session.name, "tv": cfg.tv,

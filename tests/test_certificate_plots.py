@@ -71,9 +71,16 @@ def test_certify_plot_writes_one_png_per_fixture_beside_the_csv(tmp_path, drawn,
     assert "first round's tokens per pass" in " | ".join(sequence["panels"])
 
 
-def test_a_failing_decoders_figure_names_the_failure_and_marks_where(tmp_path, drawn):
-    status, _ = _certify(tmp_path, "bad", "--decoder", ACCEPT_ALL, "--fixture", "seed-six-token")
+def test_a_failing_decoders_figure_names_the_failure_and_marks_where(tmp_path, drawn, capsys):
+    status, csv = _certify(tmp_path, "bad", "--decoder", ACCEPT_ALL, "--fixture", "seed-six-token")
     assert status == 1
+    out, err = capsys.readouterr()
+    assert "figures: 1 PNG beside it, bad_seed-six-token.png" in out.splitlines()
+    failed = int((pd.read_csv(csv)["verdict"] == "fail").sum())
+    listed = [line for line in out.splitlines() if line.startswith("  FAIL ")]
+    assert failed > 12 and len(listed) == 12  # the summary lists twelve, then counts the rest and says where
+    assert f"  ... and {failed - 12} more failed assertions in bad.csv" in out.splitlines(), out
+    assert "the worst-case guarantee each fixture reaches is stated with the verdict" in err
     bad = drawn["bad_seed-six-token.png"]
     assert bad["title"].startswith(f"{ACCEPT_ALL} · seed-six-token · NOT EXACT: exactness")
     assert bad["color"] == "tab:red"
@@ -129,4 +136,4 @@ def test_pytest_certificate_writes_the_figures_beside_it(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert (tmp_path / "cert_seed-six-token.png").exists(), result.stdout[-2000:]
-    assert "figures: 1 PNGs beside it" in result.stdout
+    assert "figures: 1 PNG beside it, cert_seed-six-token.png" in result.stdout

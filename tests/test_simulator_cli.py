@@ -95,3 +95,17 @@ def test_simulate_shows_a_progress_bar_past_a_few_seconds_and_the_row_is_unchang
     monkeypatch.setattr(command, "SLOW_SECONDS", 0.0)
     assert command.main(["--requests", "200", "--output-len", "16"]) == 0
     assert "simulating" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "note"), [
+    (["--draft", "none", "--draft-cost-ratio", "0.05", "--gamma", "5"],
+     "(no draft memory; 337 without the 5 lookahead tokens each request reserves)"),
+    (["--gamma", "0"], "(no speculation)"),
+    ([], "(without draft 337)"),
+])
+def test_simulate_names_what_costs_concurrency(argv, note, capsys):
+    """Without a draft model no concurrency is lost to a draft: only γ's lookahead slots cost any."""
+    assert cli_main(["simulate", "--requests", "20", *argv]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "max concurrency" in ln)
+    assert note in line, line
+    assert ("without draft" in line) == (not argv)

@@ -12,7 +12,7 @@ from specgauge.stattests.chain.certify import (ALL_FIXTURES, DEFAULT_FALSE_FAIL,
 from specgauge.stattests.core.contract import decoder_name, load_decoder
 from specgauge.stattests.chain.checks import CHECKS
 from specgauge.csvio import resolve_csv_target
-from specgauge.stattests.chain.certify import certification
+from specgauge.stattests.chain.certify import certification, sizing_note
 from specgauge.stattests.chain.figures import check_plotting, figures_note, plot_certificate
 
 from .console import say
@@ -56,8 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         check_plotting()  # before any work
     decoder = load_decoder(args.decoder)
     config = decoder_config(decoder, args.tv, false_fail=args.false_fail, seed=args.seed, timeout=args.timeout)
-    finer = "".join(f", {name} {tv:g}" for name, tv in config.fixture_tv.items())
-    print(f"certifying {args.decoder or 'numpy'}: samples sized to detect TV {config.tv:g}{finer}", file=sys.stderr)
+    print(f"certifying {args.decoder or 'numpy'}: {sizing_note(config)}", file=sys.stderr)
     capped = capped_note(config, args.fixture, args.check, args.slow)
     if capped:
         print(capped, file=sys.stderr)
@@ -68,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
                               "decoder": decoder_name(args.decoder), "tv": config.tv,
                               "tv_by_fixture": dict(config.fixture_tv),
                               "false_fail": config.false_fail, "seed": config.seed})
-    say(cert.summary())
+    say(cert.summary(target.path))
     say(f"certificate: {target.path}")
     if args.plot:
         figures = plot_certificate(session.runs, cert, target.path)

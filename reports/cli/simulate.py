@@ -36,6 +36,18 @@ def _workload_line(row: dict, trace: str | None) -> str:
     return f"{n} requests of {lengths}"
 
 
+def _concurrency_note(row: dict) -> str:
+    """What the concurrency is compared with: without a draft model the difference is the lookahead alone."""
+    without = row["max_concurrency_no_draft"]
+    if row["draft"] != "none" and row["gamma"]:
+        return f"without draft {without}"
+    if not row["gamma"]:
+        return "no speculation"
+    if row["max_concurrency"] == without:
+        return "no draft memory"
+    return f"no draft memory; {without} without the {row['gamma']} lookahead tokens each request reserves"
+
+
 def summary(row: dict, trace: str | None = None) -> str:
     """A short readable summary of one report row (``trace``: the file it replayed, if any)."""
     draft = row["draft"] if row["gamma"] else "none"
@@ -51,8 +63,7 @@ def summary(row: dict, trace: str | None = None) -> str:
         f"  acceptance length {row['spec_decode_acceptance_length']:.3f} (expected "
         + (f"{row['expected_acceptance_length']:.3f}" if row["expected_acceptance_length"] is not None else "n/a")
         + f"), mean batch {row['mean_batch_size']:.1f}, compute-bound {row['compute_bound_fraction']:.0%}",
-        f"  max concurrency {row['max_concurrency']} (without draft {row['max_concurrency_no_draft']}), "
-        f"KV utilisation {row['kv_utilization']:.0%}",
+        f"  max concurrency {row['max_concurrency']} ({_concurrency_note(row)}), KV utilisation {row['kv_utilization']:.0%}",
     ]
     return "\n".join(lines)
 

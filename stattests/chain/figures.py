@@ -68,7 +68,11 @@ def plot_certificate(runs: Mapping[str, object], certificate, csv_path: Path) ->
 
 def figures_note(figures: list[Path]) -> str:
     """The line that tells a person where the figures went."""
-    return f"figures: {len(figures)} PNGs beside it ({figures[0].name}, ...)" if figures else "figures: none"
+    if not figures:
+        return "figures: none"
+    if len(figures) == 1:
+        return f"figures: 1 PNG beside it, {figures[0].name}"
+    return f"figures: {len(figures)} PNGs beside it, {figures[0].name} to {figures[-1].name}"
 
 
 def fixture_verdict(rows: pd.DataFrame) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -35,6 +36,8 @@ DETECTABLE = {
 #: Family-wise false-fail rate of a whole default certification: the chance that an exact
 #: decoder fails any assertion. Each assertion gets its Bonferroni share.
 DEFAULT_FALSE_FAIL = 1e-4
+#: failing assertions a summary lists; a line after them counts the rest
+MAX_LISTED_FAILURES = 12
 
 
 @dataclass(frozen=True)
@@ -165,7 +168,9 @@ class Certificate:
         return (f"  exact, at {shares.min():.0f}-{shares.max():.0f}% of the optimal first-level acceptance "
                 f"(Hu et al. 2025 LP bound; {per})")
 
-    def summary(self) -> str:
+    def summary(self, csv_path: str | None = None) -> str:
+        """The verdict in a few lines, then the first failures; a longer listing ends with how many more
+        there are and where (``csv_path``, the certificate's file, when it is written)."""
         f = self.frame
         v = self.verdicts
         lines = [f"decoder {', '.join(sorted(set(f['decoder'])))}: {len(f)} assertions, "
@@ -196,9 +201,14 @@ class Certificate:
         share = self._optimal_share()
         if share:
             lines.append(share)
-        for _, row in f[f["verdict"] == "fail"].head(0 if raised else 12).iterrows():
+        failed = f[f["verdict"] == "fail"]
+        listed = 0 if raised else MAX_LISTED_FAILURES
+        for _, row in failed.head(listed).iterrows():
             where = f"{row['fixture']}{'-' + row['position'] if row['position'] else ''}"
-            lines.append(f"  FAIL {row['check']}[{where}]: p-value {row['pvalue']:.3g} {row['message']}")
+            lines.append(f"  FAIL {row['check']}[{where}]: p-value {row['pvalue']:.3g} {row['message']}".rstrip())
+        if len(failed) > listed and not raised:
+            lines.append(f"  ... and {len(failed) - listed} more failed assertion{'s' if len(failed) - listed > 1 else ''}"
+                         + (f" in {Path(csv_path).name}" if csv_path else " in the certificate"))
         return "\n".join(lines)
 
     def to_csv(self, path, metadata: dict | None = None) -> None:
