@@ -25,7 +25,7 @@ from specgauge.simulator.cost import PassCost, RoundCost
 
 SPECDECODE, VLLM_BLOG, VLLM_V1, EAGLE3, MAGICDEC = "[1]", "[2]", "[3]", "[4]", "[5]"
 SGLANG_MTP, TRT_NGRAM, TRT_MTP, TRT_R1 = "[6]", "[7]", "[8]", "[9]"
-AMD_MTP, AMD_EAGLE3 = "[10]", "[11]"
+AMD_MTP, AMD_EAGLE3, SGLANG_CAP = "[10]", "[11]", "[12]"
 SOURCES = {
     SPECDECODE: "SpecDecode-Bench, \"Speculative Decoding: Performance or Illusion?\", arXiv 2601.11580, and its "
                 "simulator's predictor.py (github.com/SpecDecode-Bench/simulator): vLLM v0.10.1 on H100",
@@ -66,6 +66,11 @@ SOURCES = {
                 "vLLM ROCm nightly, TP 4 with EP, 1K/1K random prompts, 10 x concurrency prompts, output tok/s/GPU "
                 "without / with EAGLE-3 at concurrency 4, 8, 16, 32, 64: 90.4 / 161.7 (1.79x), 162.6 / 277.9 (1.71x), "
                 "282.7 / 436.9 (1.55x), 484.8 / 759.0 (1.57x), 822.0 / 1137.3 (1.38x)",
+    SGLANG_CAP: "SGLang's speculative-decoding defaults: the DeepSeek usage docs (docs.sglang.ai basic_usage/deepseek, "
+                "2025): \"To enable DeepSeek MTP for large batch sizes (>48) ... Adjust --max-running-requests to a "
+                "larger number. The default value is 48 for MTP\" (32 in the spring-2025 version of the page); "
+                "server_args / arg_groups/speculative_hook.py: \"Max running requests is reset to 48 for speculative "
+                "decoding. You can override this by explicitly setting --max-running-requests.\"",
 }
 
 
@@ -229,26 +234,30 @@ def moe_rows(add, profiles: str | None = None) -> None:
                 alpha_label(alpha_s, where), note, curve_end=batch == 32)
 
 
+SGLANG_SPEC_CAP = 48   # [12]: SGLang resets --max-running-requests to 48 when speculating, unless it is set
+
 # The MoE curves over concurrency ([10], [11]): each source publishes its no-speculation run at
 # every concurrency beside the speculative one. The target's step model is fitted on those
-# no-speculation points alone (the additive form, knee 1, of the published fits;
-# ``fit.serve_curve_fit``), α is calibrated at the lowest concurrency, and every other
+# no-speculation points alone (closed-loop equations that hold the prompt prefills interleaved
+# under load, in the additive form, knee 1, of the published fits; ``fit.serve_curve_fit``), α
+# is calibrated at the lowest concurrency, and every other
 # speculative point is predicted. The datasheet prior alone is in the note of each curve's
 # last row.
 MOE_CURVES = {
     "DeepSeek-V3 + MTP (γ=2), MI300X TP8, random 3200/800": dict(
         source=AMD_MTP, config=SimulationConfig(gpu="mi300x", target="deepseek-v3", draft="mtp", tp=8, gamma=2,
-                                                prompt_len=3200, output_len=800),
+                                                prompt_len=3200, output_len=800, spec_batch_size=SGLANG_SPEC_CAP),
         # concurrency: (no-MTP e2e ms, speed-up); time per output token = e2e / 800
         points={1: (17348.25, 2.11), 2: (17162.29, 2.04), 4: (17948.30, 1.84), 8: (19919.06, 1.70),
                 16: (23708.94, 1.53), 32: (30868.39, 1.44), 64: (43848.20, 1.25)},
         per_token=lambda c, base: base / 1e3 / 800,
         note="3200 + 800 tokens as published; γ = 2 chain (top-k 1, 3 draft tokens); mean E2E ratio read as the "
-             "closed-loop throughput ratio at the cap (Little's law); the source's relaxed acceptance threshold "
-             "(0.001) sits in α"),
+             "closed-loop throughput ratio at the max concurrency (Little's law); the source's relaxed acceptance "
+             "threshold (0.001) sits in α; the speculative run holds at most 48 running requests (SGLang's default "
+             "when speculating, [12]; the launch command sets no --max-running-requests)"),
     "DeepSeek-V3 + MTP (γ=2), MI300X TP8, ShareGPT": dict(
         source=AMD_MTP, config=SimulationConfig(gpu="mi300x", target="deepseek-v3", draft="mtp", tp=8, gamma=2,
-                                                prompt_len=256, output_len=256),
+                                                prompt_len=256, output_len=256, spec_batch_size=SGLANG_SPEC_CAP),
         points={4: (3981.91, 1.80), 8: (5007.75, 1.75), 16: (6255.86, 1.58), 32: (7571.25, 1.51), 64: (11900.36, 1.36)},
         per_token=lambda c, base: base / 1e3 / 256,
         note="ShareGPT lengths not published: 256 + 256 tokens assumed"),

@@ -84,6 +84,9 @@ class SimulationConfig:
     tree_acceptance: str | None = option(None, "a tree's per-sibling-rank acceptance r0|r1|... (P(the r-th sibling "
                                                "is the one accepted)); default α·(1−α)^r from the chain's α")
     batch_size: int = option(64, "batch cap (concurrently running requests)")
+    spec_batch_size: int | None = option(None, "batch cap of the speculative run alone, when the engine lowers it "
+                                               "for speculation (SGLang resets --max-running-requests to 48 when "
+                                               "speculating unless it is set); default: --batch-size")
     qps: float | None = option(None, "request rate (requests/s); 'none' keeps the batch full (saturated)")
     requests: int = option(1000, "number of requests (with --arrival trace: at most this many of the trace's)")
     prompt_len: int = option(512, "prompt length in tokens (mean for non-fixed distributions)")
@@ -117,6 +120,8 @@ class SimulationConfig:
             _positive_int("draft_tp", self.draft_tp)
         if self.draft_kv_budget is not None:
             _positive_int("draft_kv_budget", self.draft_kv_budget)
+        if self.spec_batch_size is not None:
+            _positive_int("spec_batch_size", self.spec_batch_size)
         if self.empty_proposals is not None and not (
                 isinstance(self.empty_proposals, (int, float)) and 0 <= self.empty_proposals < 1):
             raise ConfigError(f"empty_proposals must be in [0, 1), got {self.empty_proposals!r}")
@@ -198,6 +203,7 @@ class SimulationConfig:
             "empty_proposals": self.empty_proposals,
             "draft_cost_ratio": self.draft_cost_ratio,
             "batch_size": self.batch_size,
+            "spec_batch_size": self.spec_batch_size,
             "qps": self.qps,
             "arrival": "saturated" if self.qps is None and self.arrival != "trace" else self.arrival,
             "arrival_cv": self.arrival_cv,

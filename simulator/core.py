@@ -167,7 +167,8 @@ def _engine_run(p: Prepared, blocks: int, speculative: bool,
 
         def tokens_per_pass(g: int) -> float:
             return 1.0
-    params = EngineParams(batch_cap=config.batch_size, total_blocks=blocks, block_tokens=config.block_size,
+    cap = min(config.batch_size, config.spec_batch_size or config.batch_size) if speculative else config.batch_size
+    params = EngineParams(batch_cap=cap, total_blocks=blocks, block_tokens=config.block_size,
                           lookahead=policy.max_gamma, max_batched_tokens=config.max_batched_tokens, costs=costs,
                           policy=policy, speculative=speculative, tokens_per_pass=tokens_per_pass)
     return Engine(p.workload, params, sampler).run(progress)

@@ -218,13 +218,26 @@ def fit_step_model(equations: list[Equation], prior: PassCost, knees=KNEES) -> S
                         labels=tuple(e.label for e in equations), measured=seconds, fitted=fitted)
 
 
+def closed_loop_equation(concurrency: float, input_len: float, output_len: float, seconds_per_token: float,
+                         label: str) -> Equation:
+    """A closed-loop serving run at ``concurrency``: the time a request spends per output token.
+
+    By Little's law a request's life holds its own prefill and, on average, the prefills of
+    the ``concurrency - 1`` requests that replace the others meanwhile, so each decode step
+    carries ``concurrency / output_len`` prompt prefills: one decode pass at the batch and
+    its mid-output context, plus that share of a pass over ``input_len`` prompt tokens.
+    (Mean end-to-end latency over output tokens, or concurrency over output throughput.)
+    """
+    decode = (1.0, float(concurrency), float(concurrency) * (input_len + output_len / 2))
+    prefill = (float(concurrency) / max(float(output_len), 1.0), float(input_len), 0.0)
+    return Equation((decode, prefill), float(seconds_per_token), label)
+
+
 def serve_curve_fit(prior: PassCost, concurrency, seconds_per_token, input_len: float, output_len: float,
                     knees=(1.0,)) -> StepModelFit:
-    """The target's step model from a no-speculation serve curve: at each ``concurrency`` the mean
-    time a request waits per output token (TPOT, or end-to-end latency over output tokens,
-    or concurrency over output throughput in a closed loop), one decode step at that
-    batch and its mid-output context. This is the half of a with/without pair that holds
-    the engine's own per-token cost; the MoE prior's roofline misses most of it."""
-    equations = [tpot_equation(float(c), input_len, output_len, float(s), f"concurrency {c:g}")
+    """The target's step model from a no-speculation serve curve at several concurrencies
+    (``closed_loop_equation`` per point): the half of a with/without pair that holds the
+    engine's own costs, fixed and per token, where the MoE prior's roofline misses most of them."""
+    equations = [closed_loop_equation(float(c), input_len, output_len, float(s), f"concurrency {c:g}")
                  for c, s in zip(concurrency, seconds_per_token)]
     return fit_step_model(equations, prior, knees)
