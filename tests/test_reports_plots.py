@@ -29,7 +29,7 @@ def test_plan_figures_are_written_beside_the_csv(tmp_path):
 def test_plan_figures_name_the_scenario_the_metric_and_the_draft_memory_cap(tmp_path, monkeypatch):
     import specgauge.reports.figures.curves as plots
 
-    seen = {}
+    seen, labels = {}, {}
     real_save = plots.save_figure
 
     def recording_save(fig, path):
@@ -37,6 +37,7 @@ def test_plan_figures_name_the_scenario_the_metric_and_the_draft_memory_cap(tmp_
         legend = ax.get_legend()
         seen[path.name] = (ax.get_title(), ax.get_xlabel(), ax.get_ylabel(),
                            [t.get_text() for t in legend.get_texts()] if legend else [])
+        labels[path.name] = sorted(t.get_text() for t in ax.texts)
         return real_save(fig, path)
 
     monkeypatch.setattr(plots, "save_figure", recording_save)
@@ -50,3 +51,6 @@ def test_plan_figures_name_the_scenario_the_metric_and_the_draft_memory_cap(tmp_
     assert "output-throughput speed-up" in ylabel and "batch cap" in xlabel
     assert "draft's memory caps the batch at 203" in legend
     assert seen["plan_pareto.png"][1:3] == ("p99 TPOT (ms)", "output throughput (tokens/s)")
+    assert "Pareto front (each point: its batch cap)" in seen["plan_pareto.png"][3]
+    # every point of the front says which batch cap it is: here the front is γ = 2 at each cap
+    assert labels["plan_pareto.png"] == ["1", "16", "256"], labels
