@@ -1,7 +1,8 @@
 """PNG figures beside a report's CSV (matplotlib, an optional extra, on the Agg backend).
 
-Three figures answer the three questions a deployment asks: up to which batch size does
-speculation pay (speed-up against batch size, one line per γ, the break-even line at 1),
+Three figures answer the three questions a deployment asks: up to which batch size (or
+request rate) does speculation pay (speed-up against load, one line per γ, the best γ's
+envelope and the load where it crosses the break-even line at 1),
 how much does acceptance buy (tokens per pass against α), and what does each setting
 trade (output throughput against p99 TPOT, with the Pareto front drawn).
 """
@@ -64,6 +65,42 @@ def _memory_cap(spec: pd.DataFrame) -> int | None:
     return int(spec["max_concurrency"].iloc[0])
 
 
+SPEEDUP_FIGURES = (
+    ("batch_size", "speedup_vs_no_spec", "batch cap (concurrent sequences)",
+     "output-throughput speed-up over no speculation (×)", "speedup_vs_batch"),
+    ("qps", "tpot_speedup_vs_no_spec", "request rate (requests/s)", "mean-TPOT speed-up over no speculation (×)",
+     "speedup_vs_rate"),
+)
+
+
+def _speedup_figure(plt, spec: pd.DataFrame, axis: str, metric: str, xlabel: str, ylabel: str, suffix: str,
+                    cap: int | None = None):
+    """Speed-up against load, one line per γ, the best γ's envelope and where it crosses 1
+    (``simulator.breakeven``: the best γ on each side is in the legend)."""
+    from specgauge.simulator.breakeven import break_even_from_table
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    table = spec.pivot_table(index=axis, columns="gamma", values=metric, aggfunc="mean")
+    for gamma in table.columns:
+        ax.plot(table.index, table[gamma].to_numpy(float), "o-", ms=3, label=f"γ = {gamma}")
+    ax.axhline(1.0, color="k", lw=1, ls="--", label="break-even")
+    answer = break_even_from_table(axis, table.index.to_numpy(float), [int(g) for g in table.columns],
+                                   table.to_numpy(float))
+    ax.plot(answer.loads, answer.best_speedup, "-", color="k", lw=3, alpha=0.25, label="best γ")
+    if answer.load is not None:
+        ax.axvline(answer.load, color="tab:green", lw=1.2, ls="-.",
+                   label=f"stops paying ≈ {answer.load:.3g}: γ = {answer.gamma_below} below, none above")
+    if cap is not None and cap < table.index.max():
+        ax.axvline(cap, color="tab:red", lw=1, ls=":", label=f"draft's memory caps the batch at {cap}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title("Where speculation stops paying" + suffix, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
 def _rates(frame: pd.DataFrame) -> bool:
     return "qps" in frame and pd.to_numeric(frame["qps"], errors="coerce").notna().any()
 
@@ -82,23 +119,12 @@ def plot_plan(frame: pd.DataFrame, csv_path: Path, scenario: str = "") -> list[P
     plt = pyplot()
     out = []
     spec = frame[frame["gamma"] > 0]
-    if "batch_size" in frame and frame["batch_size"].nunique() > 1 and "speedup_vs_no_spec" in frame:
-        fig, ax = plt.subplots(figsize=(6.4, 4.4))
-        for gamma, group in spec.groupby("gamma"):
-            mean = group.groupby("batch_size")["speedup_vs_no_spec"].mean()
-            ax.plot(mean.index, mean.to_numpy(), "o-", ms=3, label=f"γ = {gamma}")
-        ax.axhline(1.0, color="k", lw=1, ls="--", label="break-even")
-        cap = _memory_cap(spec)
-        if cap is not None and cap < frame["batch_size"].max():
-            ax.axvline(cap, color="tab:red", lw=1, ls=":", label=f"draft's memory caps the batch at {cap}")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("batch cap (concurrent sequences)")
-        ax.set_ylabel("output-throughput speed-up over no speculation (×)")
-        ax.set_title("Where speculation stops paying" + suffix, fontsize=10)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        out.append(save_figure(fig, png_beside(csv_path, "speedup_vs_batch")))
-        plt.close(fig)
+    for axis, metric, xlabel, ylabel, name in SPEEDUP_FIGURES:
+        if axis in spec and spec[axis].notna().any() and spec[axis].nunique() > 1 and metric in spec:
+            fig = _speedup_figure(plt, spec[spec[axis].notna()], axis, metric, xlabel, ylabel, suffix,
+                                  cap=_memory_cap(spec) if axis == "batch_size" else None)
+            out.append(save_figure(fig, png_beside(csv_path, name)))
+            plt.close(fig)
     if {"alpha", "spec_decode_acceptance_length"} <= set(spec.columns) and len(spec):
         # x is the model's α (per-token, conditional), not vLLM's acceptance rate, which also
         # counts drafts after the first rejection and so sits below α for γ > 1

@@ -13,6 +13,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from specgauge.simulator.breakeven import break_even_from_table, crossing  # noqa: F401 (crossing: the plan's too)
+
 from .slo import SLO
 
 LOAD_COLUMNS = ("batch_size", "qps")
@@ -96,28 +98,6 @@ def best_gamma(frame: pd.DataFrame, scope_cols: list[str]) -> list[dict[str, Any
     return out
 
 
-def crossing(x: np.ndarray, speedup: np.ndarray, log: bool = True) -> tuple[float | None, str]:
-    """Where ``speedup`` first falls to 1 along increasing ``x`` (interpolated), and how it ended.
-
-    Returns (value, kind): kind is ``crossed``, ``always`` (pays at every x) or ``never``
-    (does not pay even at the smallest x). The crossing is interpolated linearly in log x
-    between the last point that pays and the first that does not.
-    """
-    order = np.argsort(x, kind="stable")
-    x, s = np.asarray(x, float)[order], np.asarray(speedup, float)[order]
-    below = np.flatnonzero(s <= 1.0)
-    if below.size == 0:
-        return None, "always"
-    first = int(below[0])
-    if first == 0:
-        return None, "never"
-    x0, x1, s0, s1 = x[first - 1], x[first], s[first - 1], s[first]
-    t = (s0 - 1.0) / (s0 - s1) if s0 != s1 else 1.0
-    if log and x0 > 0:
-        return float(np.exp(np.log(x0) + t * (np.log(x1) - np.log(x0)))), "crossed"
-    return float(x0 + t * (x1 - x0)), "crossed"
-
-
 def breakeven(frame: pd.DataFrame, scope_cols: list[str], axis: str) -> list[dict[str, Any]]:
     """Per γ > 0 (and per value of the other load axis): where the speed-up crosses 1 along ``axis``."""
     other = [c for c in LOAD_COLUMNS if c != axis and c in frame]
@@ -140,6 +120,38 @@ def breakeven(frame: pd.DataFrame, scope_cols: list[str], axis: str) -> list[dic
             }[kind]
             row = _decision(name, scope, first, metric=SPEEDUP_METRIC, value=value,
                             speedup=float(last[SPEEDUP_METRIC]), detail=detail)
+            row[axis] = None
+            out.append(row)
+    return out
+
+
+SPEC_BREAKEVEN = {"batch_size": ("spec_breakeven_batch_size", SPEEDUP_METRIC, "batch size"),
+                  "qps": ("spec_breakeven_request_rate", "tpot_speedup_vs_no_spec", "request rate")}
+
+
+def speculation_breakeven(frame: pd.DataFrame, scope_cols: list[str], axis: str) -> list[dict[str, Any]]:
+    """Per configuration (and per value of the other load axis): the load where the best γ's
+    speed-up falls to 1, with the best γ below it and the γ that loses least above it
+    (``simulator.breakeven``). Along the batch cap the speed-up is output throughput's; along
+    the request rate it is mean TPOT's (under a rate, throughput follows the arrivals)."""
+    name, metric, words = SPEC_BREAKEVEN[axis]
+    other = [c for c in LOAD_COLUMNS if c != axis and c in frame]
+    spec = frame[(frame["gamma"] > 0) & frame[axis].notna()]
+    if spec[axis].nunique() < 2 or metric not in spec:
+        return []
+    out = []
+    for skey, scoped in _groups(spec, scope_cols):
+        scope = _scope_label(skey, scope_cols)
+        for _, group in _groups(scoped, other):
+            table = group.pivot_table(index=axis, columns="gamma", values=metric, aggfunc="max")
+            if len(table) < 2:
+                continue
+            answer = break_even_from_table(words, table.index.to_numpy(float), [int(g) for g in table.columns],
+                                           table.to_numpy(float))
+            first = group.iloc[0]
+            row = _decision(name, scope, first, metric=metric, value=answer.load, speedup=answer.best_speedup[-1],
+                            detail=answer.describe())
+            row.update(gamma=answer.gamma_below if answer.gamma_below is not None else 0, shape=None)
             row[axis] = None
             out.append(row)
     return out
@@ -229,7 +241,8 @@ def decide(frame: pd.DataFrame, config_columns: Sequence[str], slo: SLO) -> pd.D
     """All decisions as one long table (one decision per row; see the README for each)."""
     scope_cols = _scope_columns(frame, config_columns)
     rows = (best_gamma(frame, scope_cols) + breakeven(frame, scope_cols, "batch_size")
-            + breakeven(frame, scope_cols, "qps") + slo_capacity(frame, scope_cols, slo)
+            + breakeven(frame, scope_cols, "qps") + speculation_breakeven(frame, scope_cols, "batch_size")
+            + speculation_breakeven(frame, scope_cols, "qps") + slo_capacity(frame, scope_cols, slo)
             + draft_memory_cost(frame, scope_cols))
     decisions = pd.DataFrame(rows, columns=DECISION_COLUMNS)
     for column in ("batch_size", "gamma"):
@@ -303,6 +316,8 @@ def recommendation(decisions: pd.DataFrame) -> list[str]:
             line = _stops_paying(group, decision, axis)
             if line:
                 lines.append(head + line)
+        for _, r in group[group["decision"].str.startswith("spec_breakeven")].iterrows():
+            lines.append(f"{head}Break-even load: {r['detail']}.")
         memory = group[group["decision"] == "draft_concurrency_cost"]
         if len(memory):
             lines.append(f"{head}Memory: {memory.iloc[0]['detail']}.")
