@@ -15,6 +15,7 @@ import pandas as pd
 
 from specgauge.errors import SpecgaugeError
 from specgauge.fixtures.pairs import FIXTURES, PairFixture
+from specgauge.fixtures.real_laws import fixtures as real_law_fixtures
 
 from specgauge.stattests.chain.checks import CHECKS, Check, position_label
 from specgauge.stattests.core.certificate import (  # noqa: F401  (re-exported: the suite's old names)
@@ -31,7 +32,8 @@ DEFAULT_TV = 0.005
 #: Up to this vocabulary the rows are sized for the identity test's worst-case TV too.
 IDENTITY_SIZED_VOCAB = 4096
 #: Every fixture of the plan: distribution pairs and whole-sequence cases.
-ALL_FIXTURES: dict[str, PairFixture | SequenceCase] = {**FIXTURES, **SEQUENCE_CASES}
+ALL_FIXTURES: dict[str, PairFixture | SequenceCase] = {**FIXTURES, **{f.name: f for f in real_law_fixtures()},
+                                                        **SEQUENCE_CASES}
 
 
 def default_tv(decoder: object) -> float:
