@@ -101,6 +101,7 @@ def test_simulate_shows_a_progress_bar_past_a_few_seconds_and_the_row_is_unchang
     (["--draft", "none", "--draft-cost-ratio", "0.05", "--gamma", "5"],
      "(no draft memory; 337 without the 5 lookahead tokens each request reserves)"),
     (["--gamma", "0"], "(no speculation)"),
+    (["--draft", "ngram", "--gamma", "5"], "(no draft memory; 337 without the 5 lookahead tokens each request reserves)"),
     ([], "(without draft 337)"),
 ])
 def test_simulate_names_what_costs_concurrency(argv, note, capsys):
@@ -108,4 +109,4 @@ def test_simulate_names_what_costs_concurrency(argv, note, capsys):
     assert cli_main(["simulate", "--requests", "20", *argv]) == 0
     line = next(ln for ln in capsys.readouterr().out.splitlines() if "max concurrency" in ln)
     assert note in line, line
-    assert ("without draft" in line) == (not argv)
+    assert ("without draft" in line) == (not argv)  # only a draft model (the default qwen3-0.6b) has memory

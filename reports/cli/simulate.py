@@ -39,7 +39,7 @@ def _workload_line(row: dict, trace: str | None) -> str:
 def _concurrency_note(row: dict) -> str:
     """What the concurrency is compared with: without a draft model the difference is the lookahead alone."""
     without = row["max_concurrency_no_draft"]
-    if row["draft"] != "none" and row["gamma"]:
+    if row["gamma"] and row["draft"] != "none" and float(row.get("draft_weight_gib") or 0.0) > 0.0:
         return f"without draft {without}"
     if not row["gamma"]:
         return "no speculation"
