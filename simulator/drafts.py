@@ -47,11 +47,26 @@ def draft_kind(name: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class PassDraft:
-    """A proposer priced as its own passes (a draft model or a head): one pass per draft step."""
+    """A proposer priced as its own passes (a draft model or a head): one pass per draft step.
+
+    The first pass of a round is a catch-up over the tokens the last verification accepted,
+    padded to ``steps + 1`` a sequence, as engines run it: vLLM's EAGLE proposer feeds every
+    verified position in its first forward, SGLang runs a draft-extend pass over the accepted
+    tokens (padded for its CUDA graphs). Its output is the first draft step; the remaining
+    ``steps - 1`` passes draft ``drafted / steps`` tokens a sequence each (1 for a chain, K
+    for a tree's level). So a head's or an MTP layer's round grows with batch × (γ + 1), and
+    a MoE MTP layer's catch-up pass touches the experts of all those tokens.
+    """
 
     step: PassCost
     kv_budget: int | None = None   # cached tokens read per sequence (a sparse-KV draft), None: all
     self_draft: bool = False       # the target drafting for itself: it reuses the target's KV, no prefill of its own
+    catch_up: bool = True          # the first pass ingests the accepted tokens (steps + 1 a sequence)
+
+    def __post_init__(self) -> None:
+        # The target drafting for itself has the accepted tokens' KV from its own verification pass.
+        if self.self_draft:
+            object.__setattr__(self, "catch_up", False)
 
     def round(self, batch, steps, drafted, ctx, verify_s):
         if not steps:
@@ -59,7 +74,9 @@ class PassDraft:
         width = drafted / steps
         if self.kv_budget is not None:
             ctx = np.minimum(ctx, batch * self.kv_budget)
-        return steps * self.step.time(batch * width, ctx, width * ctx)
+        ingest = steps + 1 if self.catch_up else width
+        first = self.step.time(batch * ingest, ctx, ingest * ctx)
+        return first + (steps - 1) * self.step.time(batch * width, ctx, width * ctx) if steps > 1 else first
 
     def prefill(self, tokens, ctx, attn):
         return 0.0 if self.self_draft else float(self.step.time(tokens, ctx, attn))

@@ -108,3 +108,26 @@ def test_the_speculative_batch_cap_binds_the_speculative_run_alone():
     assert capped["mean_batch_size"] <= 48 < free["mean_batch_size"]
     assert capped["no_spec_output_throughput"] == free["no_spec_output_throughput"]     # the baseline is untouched
     assert capped["speedup_vs_no_spec"] < free["speedup_vs_no_spec"]
+
+
+def test_a_heads_round_starts_with_a_catch_up_pass_over_the_accepted_tokens():
+    """MTP on DeepSeek-V3: the first pass ingests γ + 1 tokens a sequence (the accepted ones,
+    padded), so at batch 1 it touches the experts of 4 tokens where a plain draft step touches
+    8 experts; the round grows with batch × (γ + 1). Without the catch-up (the old pricing,
+    the known-bad case) the round is γ equal passes of one token."""
+    setup = resolve(replace(DEEPSEEK, gamma=3))
+    draft = setup.draft.cost
+    step = draft.step
+    assert draft.round(1, 3, 3.0, 4000, 0.0) == pytest.approx(step.time(4, 4000, 16000) + 2 * step.time(1, 4000, 4000))
+    flat = replace(draft, catch_up=False)
+    assert flat.round(1, 3, 3.0, 4000, 0.0) == pytest.approx(3 * step.time(1, 4000, 4000))
+    assert draft.round(1, 3, 3.0, 4000, 0.0) > 1.05 * flat.round(1, 3, 3.0, 4000, 0.0)
+    # A tree's round: the catch-up (depth + 1 a sequence), then depth - 1 levels of K nodes each.
+    assert draft.round(8, 3, 12.0, 32000, 0.0) == pytest.approx(
+        step.time(8 * 4, 32000, 4 * 32000) + 2 * step.time(8 * 4, 32000, 4 * 32000))
+
+
+def test_the_target_drafting_for_itself_has_no_catch_up_pass():
+    config = SimulationConfig(gpu="a100", target="llama-3.1-8b", draft="llama-3.1-8b", draft_kv_budget=512, tp=8,
+                              gamma=3, prompt_len=8192, output_len=256)
+    assert resolve(config).draft.cost.catch_up is False
