@@ -17,7 +17,6 @@ forward pass per sequence. Three kinds:
 
 from __future__ import annotations
 
-import importlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +24,8 @@ from typing import Any, Protocol, Sequence
 
 import numpy as np
 
-from specgauge.errors import UsageError
+from specgauge.errors import SpecgaugeError, UsageError
+from specgauge.plugins import load_named
 
 
 class MeasurementInputError(UsageError):
@@ -117,8 +117,18 @@ class NextTokenLaw:
                 raise MeasurementInputError(f"{self.name}: a prompt of {start} tokens is shorter than its context of {order}")
             ends = np.arange(start, len(seq) + 1)
             contexts = np.asarray(seq, np.int64)[ends[:, None] - order + np.arange(order)[None, :]]
-            out.append(self.sampling.apply(self.model.next_probs(contexts)))
+            out.append(self._next_probs(contexts))
         return out
+
+    def _next_probs(self, contexts: np.ndarray) -> np.ndarray:
+        """The model's laws at ``contexts``; a user's model that raises is one line naming it."""
+        try:
+            return self.sampling.apply(self.model.next_probs(contexts))
+        except SpecgaugeError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a user's next_probs may raise anything: one line, exit 1
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise SpecgaugeError(f"{self.name}: next_probs raised {type(exc).__name__}: {first}") from exc
 
     def sample(self, prompts: Sequence[np.ndarray], length: int, seed: int) -> list[np.ndarray]:
         from specgauge.stattests.core.sampling import sample_rows
@@ -130,7 +140,7 @@ class NextTokenLaw:
         tails = np.stack([np.asarray(p, np.int64)[len(p) - order:] for p in prompts])
         out = np.empty((len(prompts), length), dtype=np.int64)
         for t in range(length):  # positions depend on each other; requests are vectorised
-            out[:, t] = sample_rows(self.sampling.apply(self.model.next_probs(tails)), rng)
+            out[:, t] = sample_rows(self._next_probs(tails), rng)
             tails = np.concatenate([tails[:, 1:], out[:, t:t + 1]], axis=1)
         return list(out)
 
@@ -148,14 +158,8 @@ def _toy(spec: str, role: str, sampling: Sampling, label: str) -> NextTokenLaw:
 
 
 def _contract(spec: str, sampling: Sampling, label: str) -> NextTokenLaw:
-    module_name, _, attr = spec.partition(":")
-    try:
-        obj = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise MeasurementInputError(f"cannot load drafter {spec!r}: {exc}") from None
-    model = obj() if callable(obj) and not hasattr(obj, "next_probs") else obj
-    if not all(hasattr(model, a) for a in ("vocab_size", "order", "next_probs")):
-        raise MeasurementInputError(f"{spec!r} is not a next-token model: it needs vocab_size, order and next_probs")
+    model = load_named(spec, noun="next-token model", needs=("next_probs", "vocab_size", "order"),
+                       error=MeasurementInputError)
     return NextTokenLaw(model, sampling, label)
 
 

@@ -93,6 +93,13 @@ def resolve_csv_target(path: Path | str | None, default_name: str, flag: str = "
             raise ReportPathError(f"{flag} {str(target)!r} is a folder; name a .csv file inside it")
         if target.suffix.lower() != ".csv":
             raise ReportPathError(f"{flag} must name a .csv file, got {str(target)!r}")
+    check_writable(target)
+    return CsvTarget(target)
+
+
+def check_writable(target: Path) -> None:
+    """Refuse, before any work, an output file that cannot be written (a usage error): its
+    folder missing or read-only, or the file itself read-only."""
     folder = target.parent
     if not folder.is_dir():
         raise ReportPathError(f"cannot write {str(target)!r}: folder {str(folder)!r} does not exist")
@@ -103,7 +110,6 @@ def resolve_csv_target(path: Path | str | None, default_name: str, flag: str = "
         raise ReportPathError(f"cannot write {str(target)!r}: folder {str(folder)!r} is not writable ({exc.strerror})") from None
     if target.exists() and not os.access(target, os.W_OK) and os.geteuid() != 0:
         raise ReportPathError(f"cannot write {str(target)!r}: the file exists and is read-only")
-    return CsvTarget(target)
 
 
 def to_builtin(value: Any) -> Any:

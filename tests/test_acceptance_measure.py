@@ -207,7 +207,7 @@ def test_probe_continuations_are_reused(tiny, tmp_path, capsys):
     (["--draft", "ngram", "--plan"], "--plan needs --plan-target"),
     (["--draft", "ngram", "--plan", "--plan-target", "llama-3.1-8b", "--plan-draft", "x=llama-3.2-1b"], "no draft is labelled 'x'"),
     (["--draft", "ngram", "--top-p", "2"], "--top-p must lie in (0, 1]"),
-    (["--draft", "ngram", "--max-new-tokens", "x"], "invalid int value"),
+    (["--draft", "ngram", "--max-new-tokens", "x"], "expected an integer ≥ 1, got 'x'"),
 ])
 def test_bad_inputs_are_one_line_exit_2_and_write_nothing(argv, message, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)

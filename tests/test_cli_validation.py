@@ -110,11 +110,12 @@ def test_a_decoder_whose_verify_always_raises_is_summarised_as_such(tmp_path, ca
 
 
 def test_simulate_warns_past_its_memory_estimate_before_any_work(capsys, monkeypatch):
+    import specgauge.reports.cli.budget as budget
     import specgauge.reports.cli.simulate as simulate_command
 
     monkeypatch.setattr(simulate_command, "simulate", lambda *a, **k: pytest.fail("simulated"))
-    monkeypatch.setattr(simulate_command, "MEMORY_WARNING_BYTES", 0)  # stop at the estimate
-    monkeypatch.setattr(simulate_command, "physical_memory", lambda: float("inf"))  # a machine it fits
+    monkeypatch.setattr(budget, "MEMORY_WARNING_BYTES", 0)  # stop at the estimate
+    monkeypatch.setattr(budget, "physical_memory", lambda: float("inf"))  # a machine it fits
     with pytest.raises(pytest.fail.Exception):
         main(["simulate", "--requests", "100000000"])
     err = capsys.readouterr().err

@@ -84,7 +84,7 @@ def test_simulate_command_refuses_bad_input_in_one_line(argv, message, capsys):
 
 
 def test_simulate_shows_a_progress_bar_past_a_few_seconds_and_the_row_is_unchanged(monkeypatch, capsys):
-    from specgauge.reports.cli import simulate as command
+    from specgauge.reports.cli import budget, simulate as command
     from specgauge.simulator.config import SimulationConfig
     from specgauge.simulator.core import simulate
 
@@ -92,7 +92,7 @@ def test_simulate_shows_a_progress_bar_past_a_few_seconds_and_the_row_is_unchang
     calls: list[tuple[int, int]] = []
     assert simulate(config, lambda admitted, total: calls.append((admitted, total))) == simulate(config)
     assert calls and calls[-1] == (400, 400) and all(a <= b for (a, _), (b, _) in zip(calls, calls[1:]))
-    monkeypatch.setattr(command, "SLOW_SECONDS", 0.0)
+    monkeypatch.setattr(budget, "SLOW_SECONDS", 0.0)
     assert command.main(["--requests", "200", "--output-len", "16"]) == 0
     assert "simulating" in capsys.readouterr().err
 

@@ -19,11 +19,13 @@ import numpy as np
 import pandas as pd
 
 from specgauge.csvio import _atomic_write_bytes, resolve_csv_target, write_csv_atomic
+from specgauge import validate
 from specgauge.errors import SpecgaugeError
 
 from specgauge.measurement.models import Loader, MeasurementInputError, Sampling, load_model, split_label
 from specgauge.measurement.prompts import Request, read_requests
 
+from .budget import announce, physical_memory
 from .console import say, warn
 
 DEFAULT_GAMMAS = "1,2,3,4,5,6,8"
@@ -56,18 +58,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompts", help="JSONL (strings, token-id lists, prompt/messages/conversations objects), "
                    "ShareGPT-style .json, or a specgauge probe file (its continuations are reused); "
                    "default for a toy target: its pair's prompt")
-    p.add_argument("--samples", type=int, default=1, help="continuations per prompt (default 1)")
-    p.add_argument("--max-new-tokens", type=int, default=64, help="continuation length sampled from the target")
+    p.add_argument("--samples", type=validate.positive_int, default=1, help="continuations per prompt (default 1)")
+    p.add_argument("--max-new-tokens", type=validate.positive_int, default=64, help="continuation length sampled from the target")
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--seed", type=int, default=0, help="root seed (continuations, traces, bootstrap, --run)")
+    p.add_argument("--top-k", type=validate.positive_int, default=None)
+    p.add_argument("--seed", type=validate.seed, default=0, help="root seed (continuations, traces, bootstrap, --run)")
     p.add_argument("--gamma", default=DEFAULT_GAMMAS, help=f"γ values of the summary (default {DEFAULT_GAMMAS})")
-    p.add_argument("--candidates", type=int, default=4, help="ranked candidates per position (n-gram, top-k tree)")
+    p.add_argument("--candidates", type=validate.positive_int, default=4, help="ranked candidates per position (n-gram, top-k tree)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32", help="torch dtype of HF models (float32, bfloat16, float16)")
-    p.add_argument("--batch-size", type=int, default=8, help="requests per forward pass")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's; 1 is fastest "
+    p.add_argument("--batch-size", type=validate.positive_int, default=8, help="requests per forward pass")
+    p.add_argument("--threads", type=validate.positive_int, default=None, help="torch CPU threads (default: torch's; 1 is fastest "
                    "for tiny models on shared cores)")
     p.add_argument("--csv", default=None, metavar="PATH", help="summary CSV (default reports/acceptance.csv)")
     p.add_argument("--plot", action=argparse.BooleanOptionalAction, default=None,
@@ -83,9 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="a measured draft's simulator draft: a model profile, eagle, mtp or ngram (repeatable)")
     plan.add_argument("--plan-gpu", default="h200")
     plan.add_argument("--plan-batch-size", default="1,8,32,128")
-    plan.add_argument("--plan-requests", type=int, default=200)
-    plan.add_argument("--plan-prompt-len", type=int, default=512)
-    plan.add_argument("--plan-output-len", type=int, default=256)
+    plan.add_argument("--plan-requests", type=validate.positive_int, default=200)
+    plan.add_argument("--plan-prompt-len", type=validate.positive_int, default=512)
+    plan.add_argument("--plan-output-len", type=validate.positive_int, default=256)
     return p
 
 
@@ -99,11 +101,9 @@ def _requests(args, tokenizer: str | None) -> list[Request]:
         requests = [Request(np.asarray(load_toy_lm(pair).prompt, np.int64), origin=f"toy:{pair} prompt")]
     else:
         raise MeasurementInputError("--prompts is required (only a toy target has a prompt of its own)")
-    if args.samples < 1:
-        raise MeasurementInputError(f"--samples must be at least 1, got {args.samples}")
     if any(r.continuation is not None for r in requests):
         _check_probe_sampling(args)
-    return [r for r in requests for _ in range(args.samples)]
+    return requests
 
 
 def _check_probe_sampling(args) -> None:
@@ -118,12 +118,43 @@ def _check_probe_sampling(args) -> None:
                            "α is computed at the settings given here")
 
 
+def _check_vocabularies(target, drafts, requests: list[Request]) -> None:
+    """Every token id a model will read lies inside its vocabulary: the prompts' ids, and the
+    target's continuations, which a draft with fewer tokens than the target cannot read."""
+    models = [target, *(d for d in drafts if hasattr(d, "vocab_size"))]
+    for draft in models[1:]:
+        if draft.vocab_size < target.vocab_size:
+            raise MeasurementInputError(
+                f"draft {draft.name!r} has {draft.vocab_size:,} tokens, fewer than the target's "
+                f"{target.vocab_size:,}: it cannot read what the target writes (a draft shares the target's tokenizer)")
+    smallest = min(models, key=lambda m: m.vocab_size)
+    for request in requests:
+        for part in (request.prompt, request.continuation):
+            if part is not None and len(part) and (int(part.max()) >= smallest.vocab_size or int(part.min()) < 0):
+                bad = int(part.max()) if int(part.max()) >= smallest.vocab_size else int(part.min())
+                raise MeasurementInputError(
+                    f"{request.origin or 'a prompt'}: token id {bad} is outside the vocabulary of "
+                    f"{smallest.name!r} ({smallest.vocab_size:,} tokens, ids 0 to {smallest.vocab_size - 1:,})")
+
+
+#: What teacher forcing keeps per position: the continuation's id, and per draft its α and the
+#: acceptance of each ranked candidate; the traces written hold about as much again as text.
+BYTES_PER_POSITION, BYTES_PER_DRAFT_POSITION = 8, 8 * 2
+
+
+def _check_size(requests: int, drafts, args) -> None:
+    """Refuse, before any work, a measurement whose results cannot fit in this machine's memory."""
+    positions = float(requests) * float(args.max_new_tokens)
+    memory = positions * (BYTES_PER_POSITION + len(drafts) * BYTES_PER_DRAFT_POSITION * (1 + args.candidates))
+    if memory > physical_memory():
+        raise MeasurementInputError(
+            f"{requests:,} requests ({args.samples:,} samples per prompt) of {args.max_new_tokens:,} new tokens "
+            f"are {positions:,.0f} positions, about {memory / 2**30:,.0f} GiB of results, more than this machine's "
+            f"{physical_memory() / 2**30:,.0f} GiB; lower --samples or --max-new-tokens")
+
+
 def _prepare(args):
     """Everything checked before any file is written: models, prompts, options, output paths."""
-    for flag, value in (("--max-new-tokens", args.max_new_tokens), ("--batch-size", args.batch_size),
-                        ("--candidates", args.candidates), ("--plan-requests", args.plan_requests)):
-        if value < 1:
-            raise MeasurementInputError(f"{flag} must be at least 1, got {value}")
     gammas = _ints(args.gamma, "--gamma")
     run_gammas = _ints(args.run_gamma, "--run-gamma") if args.run else ()
     target_csv = resolve_csv_target(args.csv, default_name="acceptance.csv")
@@ -141,7 +172,10 @@ def _prepare(args):
     if len(set(labels)) != len(labels):
         raise MeasurementInputError(f"two drafts share a label ({', '.join(labels)}): name them LABEL=SPEC")
     tokenizer = getattr(target, "path", None)
-    requests = _requests(args, tokenizer)
+    prompts = _requests(args, tokenizer)
+    _check_vocabularies(target, drafts, prompts)
+    _check_size(len(prompts) * args.samples, drafts, args)
+    requests = [r for r in prompts for _ in range(args.samples)]
     plan = None
     if args.plan:
         from specgauge.reports.planning.ranking import PlanSetting, configs, parse_plan_drafts
@@ -151,7 +185,7 @@ def _prepare(args):
         plan = PlanSetting(args.plan_gpu, args.plan_target, parse_plan_drafts(args.plan_draft, labels),
                            _ints(args.plan_batch_size, "--plan-batch-size"), gammas, args.plan_requests,
                            args.plan_prompt_len, args.plan_output_len, args.seed)
-        configs(plan, None)
+        announce([config for _, config in configs(plan, None)], "acceptance", flag="--plan-requests")
     return target_csv, target, drafts, requests, gammas, run_gammas, plan
 
 

@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import nnls
 
-from specgauge.csvio import write_csv_atomic
+from specgauge.csvio import check_writable, write_csv_atomic
 from specgauge.errors import InputFileError
 from specgauge.simulator.cost import PassCost
 from specgauge.simulator.drafts import draft_kind
@@ -303,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         raise CalibrateError(f"--out {str(out)!r} is a folder; give a file name such as {str(out / 'calibrated.toml')!r}")
     if not out.parent.exists():
         raise CalibrateError(f"the folder of --out {str(out)!r} does not exist")
+    check_writable(out)  # before the fit, not after it
     gpu = load_gpu(args.gpu, args.profiles)
     model = load_model(args.target, args.profiles)
     equations: list[Equation] = []

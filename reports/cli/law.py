@@ -210,7 +210,7 @@ def _announce(total: int, gamma: int, decoder: object) -> bool:
     seconds = total / rounds_per_second(decoder, gamma)
     if seconds <= SLOW_SECONDS:
         return False
-    from .simulate import _duration
+    from .budget import duration as _duration
 
     message = f"{total:,} Monte Carlo rounds at γ up to {gamma}: about {_duration(seconds)} (measured rate)"
     if seconds > 3600:

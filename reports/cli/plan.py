@@ -22,6 +22,7 @@ from specgauge.reports.planning.measured_rates import AcceptanceSpec, parse_acce
 from specgauge.reports.planning.slo import parse_slo
 from specgauge.reports.sweeps.executors import add_sweep_options, options_from_args, sweep_to_csv
 
+from .budget import announce
 from .console import say, warn
 
 #: The default scenario: the seed's deployment (Qwen3-32B with Qwen3-0.6B drafting on one
@@ -150,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     options = options_from_args(args)
     options.resolved_executor()
     configs = plan_configs(args, acceptance)
+    announce(configs, "plan", parallel=options.jobs)  # refuse what cannot fit before any file is made
     target: CsvTarget = resolve_csv_target(args.csv, default_name="plan.csv")
     if args.plot:
         from specgauge.plotting import pyplot

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import pandas as pd
 
 from specgauge.csvio import resolve_csv_target, write_csv_atomic
-from specgauge.errors import ConfigError, UsageError, as_usage_error
+from specgauge.errors import ConfigError, as_usage_error
 from .console import say, warn
+from .budget import announce, progress_bar
 from .options import add_simulation_options, configs_from_args
 from specgauge.simulator import memory_plan, simulate
 
@@ -66,71 +66,6 @@ def summary(row: dict, trace: str | None = None) -> str:
         f"  max concurrency {row['max_concurrency']} ({_concurrency_note(row)}), KV utilisation {row['kv_utilization']:.0%}",
     ]
     return "\n".join(lines)
-
-
-#: Measured on a shared 2-core machine: peak memory grows by about 100 bytes per request plus
-#: 1.3 per output token (20,000 and 80,000 requests at 64 and 512 output tokens), and the
-#: paired runs simulate about a million output tokens per wall second (4 idle).
-BYTES_PER_REQUEST, BYTES_PER_TOKEN, TOKENS_PER_SECOND = 100.0, 1.3, 1e6
-#: warn past this much memory or this many seconds
-MEMORY_WARNING_BYTES, SLOW_SECONDS = 2 * 2**30, 10.0
-
-
-def estimate(config) -> tuple[float, float]:
-    """(seconds, bytes) the run will take, from its arguments alone, before it starts."""
-    tokens = float(config.requests) * float(config.output_len)
-    return tokens / TOKENS_PER_SECOND, BYTES_PER_REQUEST * config.requests + BYTES_PER_TOKEN * tokens
-
-
-def physical_memory() -> float:
-    """This machine's memory in bytes (infinite where the system does not say)."""
-    try:
-        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):
-        return float("inf")
-
-
-def announce(config, command: str = "simulate") -> None:
-    """Say before a long run how long and how much memory it will take; warn past the limits,
-    and refuse a run that cannot fit in this machine's memory at all."""
-    seconds, memory = estimate(config)
-    if memory > physical_memory():
-        raise UsageError(f"{config.requests:,} requests of {config.output_len} output tokens need about "
-                         f"{memory / 2**30:,.0f} GiB of memory, more than this machine's "
-                         f"{physical_memory() / 2**30:,.0f} GiB; lower --requests")
-    if memory > MEMORY_WARNING_BYTES:
-        warn(command, f"{config.requests:,} requests of {config.output_len} output tokens need about "
-                      f"{memory / 2**30:.1f} GiB of memory; lower --requests (a few thousand give stable means)")
-    if seconds > SLOW_SECONDS:
-        say(f"specgauge {command}: about {config.requests * config.output_len:,} output tokens to simulate twice "
-            f"(with and without speculation): roughly {_duration(seconds)} on one core", file=sys.stderr)
-
-
-def progress_bar(config):
-    """A tqdm bar over the requests of both runs when the estimate exceeds a few seconds
-    (None otherwise: a short run prints nothing extra); it closes itself at the last request."""
-    seconds, _ = estimate(config)
-    if seconds <= SLOW_SECONDS:
-        return None
-    from tqdm.auto import tqdm
-
-    bar = tqdm(desc="simulating", unit="request", file=sys.stderr, leave=False, mininterval=0.5)
-
-    def update(admitted: int, total: int) -> None:
-        bar.total = total
-        if admitted > bar.n:
-            bar.update(admitted - bar.n)
-        if admitted >= total:
-            bar.close()
-
-    return update
-
-
-def _duration(seconds: float) -> str:
-    for unit, size in (("days", 86400.0), ("hours", 3600.0), ("minutes", 60.0)):
-        if seconds >= 2 * size:
-            return f"{seconds / size:.0f} {unit}"
-    return f"{seconds:.0f} s"
 
 
 def main(argv: list[str] | None = None) -> int:

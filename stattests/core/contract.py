@@ -12,14 +12,13 @@ One round of verification for a batch of B sequences, vocabulary V, γ drafted t
 
 from __future__ import annotations
 
-import importlib
 import os
-from pathlib import Path
-from typing import Callable, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from specgauge.errors import DecoderLoadError
+from specgauge.plugins import load_named
 
 PAD = -1
 
@@ -69,64 +68,14 @@ def resolve_spec(spec: str | None) -> str:
     return spec
 
 
-def _path_hint(module_name: str, exc: ImportError) -> str:
-    """A hint when the module sits in the working directory but the directory is not importable.
-
-    The ``specgauge`` console script does not put the working directory on ``sys.path``
-    (``python -m`` and pytest's rootdir do), so ``mymod.py`` beside the user is not found.
-    """
-    top = module_name.split(".")[0]
-    if not isinstance(exc, ModuleNotFoundError) or exc.name != top:
-        return ""
-    here = Path.cwd()
-    found = next((p for p in (here / f"{top}.py", here / top) if p.exists()), None)
-    if found is None:
-        return ""
-    return (f"; {found.name} is in the working directory, which is not on the import path: "
-            f"run with PYTHONPATH=. (or install it)")
-
-
 def load_decoder(spec: str | None = None) -> Decoder:
     """Load and instantiate the decoder named by ``spec`` (see :func:`resolve_spec`).
 
     NAME may be a class or any callable with no required argument returning an object
     with ``verify``; an object that already has ``verify`` is used as it is.
     """
-    target = resolve_spec(spec)
-    module_name, _, attr_path = target.partition(":")
-    if not module_name or not attr_path:
-        raise DecoderLoadError(f"decoder {target!r} is not of the form MODULE:NAME")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise DecoderLoadError(f"cannot import module {module_name!r} for decoder {target!r}: {exc}"
-                               + _path_hint(module_name, exc)) from exc
-    except Exception as exc:  # noqa: BLE001 - a user's module may fail to import in any way: one line
-        first = (str(exc).strip().splitlines() or [""])[0]
-        raise DecoderLoadError(f"importing module {module_name!r} for decoder {target!r} raised "
-                               f"{type(exc).__name__}: {first}") from exc
-    obj: object = module
-    for part in attr_path.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise DecoderLoadError(f"module {module_name!r} has no attribute {attr_path!r}") from None
-    if isinstance(obj, type) or not hasattr(obj, "verify"):
-        if not callable(obj):
-            raise DecoderLoadError(f"{target!r} is neither callable nor has a verify method")
-        factory: Callable[[], object] = obj  # type: ignore[assignment]
-        try:
-            obj = factory()
-        except ImportError as exc:
-            raise DecoderLoadError(f"decoder {target!r} needs a package that is missing: {exc}") from exc
-        except TypeError as exc:
-            raise DecoderLoadError(f"cannot call {target!r} with no arguments: {exc}") from exc
-        except Exception as exc:  # noqa: BLE001 - a user's constructor may raise anything: one line
-            first = (str(exc).strip().splitlines() or [""])[0]
-            raise DecoderLoadError(f"{target!r}() raised {type(exc).__name__}: {first}") from exc
-    if not callable(getattr(obj, "verify", None)):
-        raise DecoderLoadError(f"{target!r} gave {type(obj).__name__!r}, which has no verify method")
-    return obj  # type: ignore[return-value]
+    return load_named(resolve_spec(spec), noun="decoder", needs=("verify",),  # type: ignore[return-value]
+                      error=DecoderLoadError)
 
 
 def decoder_name(spec: str | None) -> str:

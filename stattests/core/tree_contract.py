@@ -26,12 +26,12 @@ with ``parents = [-1, 0, 1, …]``: then the arrays are the chain contract's.
 
 from __future__ import annotations
 
-import importlib
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from specgauge.errors import DecoderLoadError
+from specgauge.plugins import load_named
 from specgauge.laws import TREE_SCHEMES, tree_depths, validate_parents
 
 from specgauge.stattests.core.contract import PAD, ContractViolation, validate_padded
@@ -72,19 +72,9 @@ def load_tree_decoder(spec: str) -> TreeDecoder:
     if not module_name or not attr:
         known = ", ".join(BUILTIN_TREE_DECODERS)
         raise DecoderLoadError(f"unknown tree decoder {spec!r}: use one of the built-ins ({known}) or MODULE:NAME")
-    try:
-        obj = getattr(importlib.import_module(module_name), attr)
-    except ImportError as exc:
-        raise DecoderLoadError(f"cannot import module {module_name!r} for tree decoder {spec!r}: {exc}") from exc
-    except AttributeError:
-        raise DecoderLoadError(f"module {module_name!r} has no attribute {attr!r}") from None
-    if isinstance(obj, type) or not hasattr(obj, "verify_tree"):
-        try:
-            obj = obj()
-        except ImportError as exc:
-            raise DecoderLoadError(f"tree decoder {spec!r} needs a package that is missing: {exc}") from exc
-    if not callable(getattr(obj, "verify_tree", None)) or getattr(obj, "scheme", None) not in TREE_SCHEMES:
-        raise DecoderLoadError(f"{spec!r} has no verify_tree method or no scheme among {', '.join(TREE_SCHEMES)}")
+    obj = load_named(target, noun="tree decoder", needs=("verify_tree", "scheme"), error=DecoderLoadError)
+    if getattr(obj, "scheme", None) not in TREE_SCHEMES:
+        raise DecoderLoadError(f"{spec!r} has no scheme among {', '.join(TREE_SCHEMES)}")
     return obj
 
 

@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from specgauge.errors import ConfigError
+from specgauge.errors import InputFileError
 from specgauge.stattests.core.certificate import Certificate, certificate_row
 from specgauge.stattests.core.statistics import (DEFAULT_FALSE_FAIL, DEFAULT_FALSE_PASS, TestResult,
                                                  combine_bonferroni, independence_test, ks_uniformity,
@@ -147,15 +147,15 @@ def check_like_for_like(baseline: ProbeRun, candidate: ProbeRun) -> None:
     a, b = law_params(baseline), law_params(candidate)
     for key in LAW_FIELDS:
         if a[key] != b[key]:
-            raise ConfigError(f"the runs differ in {key} (baseline {a[key]!r}, candidate {b[key]!r}): "
+            raise InputFileError(f"the runs differ in {key} (baseline {a[key]!r}, candidate {b[key]!r}): "
                               "probe both with the same request settings")
     if baseline.header.get("prompts") != candidate.header.get("prompts"):
-        raise ConfigError("the runs differ in prompts: probe both with the same prompt set")
+        raise InputFileError("the runs differ in prompts: probe both with the same prompt set")
 
 
 def _require_samples(run: ProbeRun, name: str) -> None:
     if not run.records:
-        raise ConfigError(f"{name} holds no samples (a header only): nothing to certify")
+        raise InputFileError(f"{name} holds no samples (a header only): nothing to certify")
 
 
 def _same_notes(baseline: ProbeRun, candidate: ProbeRun) -> list[str]:
@@ -385,14 +385,14 @@ def logprob_cells(run: ProbeRun) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
     """
     records = [r for r in run.records if "top" in r and "tokens" in r]
     if not records:
-        raise ConfigError("the run has no top logprobs: probe with --top-logprobs K on a server that returns them")
+        raise InputFileError("the run has no top logprobs: probe with --top-logprobs K on a server that returns them")
     if len(records) < len(run.records):
-        raise ConfigError(f"{len(run.records) - len(records)} of {len(run.records)} samples have no top logprobs: "
+        raise InputFileError(f"{len(run.records) - len(records)} of {len(run.records)} samples have no top logprobs: "
                           "the logprobs mode needs them on every sample")
     length = _length(run)
     k = max((len(row) for r in records for row in r["top"]), default=0)
     if k == 0:
-        raise ConfigError("the run's top logprobs are empty: probe with --top-logprobs K >= 1")
+        raise InputFileError("the run's top logprobs are empty: probe with --top-logprobs K >= 1")
     n = len(records)
     vocab: dict[str, int] = {}
     seqs = np.full((n, length), -1, np.int64)
@@ -449,5 +449,5 @@ def run_mode(mode: str, **kwargs) -> ServerCertificate:
     """Dispatch by mode name, refusing unknown ones with the valid choices."""
     table = {"two-sample": two_sample, "logprobs": one_sample_logprobs, "reference": one_sample_reference}
     if mode not in table:
-        raise ConfigError(f"invalid mode {mode!r}; valid modes are {', '.join(MODES)}")
+        raise InputFileError(f"invalid mode {mode!r}; valid modes are {', '.join(MODES)}")
     return table[mode](**kwargs)

@@ -175,17 +175,17 @@ def read_probe(path: Path | str) -> ProbeRun:
         raise InputFileError(f"cannot read {str(path)!r}: {exc.strerror}") from None
     header = _parse(lines[0]) if lines else None
     if not header or header.get("format") != FORMAT:
-        raise ConfigError(f"{path} is not a specgauge probe file (no {FORMAT} header)")
+        raise InputFileError(f"{path} is not a specgauge probe file (no {FORMAT} header)")
     params, prompts = header.get("params"), header.get("prompts")
     if not (isinstance(params, dict) and isinstance(params.get("max_tokens"), int) and params["max_tokens"] >= 1
             and isinstance(prompts, list) and all(isinstance(p, str) for p in prompts)
             and isinstance(header.get("capabilities", {}), dict)):
-        raise ConfigError(f"{path}: the header is malformed (it needs params with max_tokens, and the prompts)")
+        raise InputFileError(f"{path}: the header is malformed (it needs params with max_tokens, and the prompts)")
     records = [r for r in map(_parse, lines[1:]) if r is not None and "p" in r and "s" in r]
     n_prompts = len(header.get("prompts") or [])
     for r in records:
         if not _valid_record(r, n_prompts):
-            raise ConfigError(f"{path}: a sample line is malformed (prompt index {r['p']!r} of {n_prompts}, "
+            raise InputFileError(f"{path}: a sample line is malformed (prompt index {r['p']!r} of {n_prompts}, "
                               f"text {type(r.get('text')).__name__}): {json.dumps(r)[:120]}")
     return ProbeRun(header, records, path)
 
