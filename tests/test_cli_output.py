@@ -112,3 +112,16 @@ def test_an_existing_read_only_file_is_refused(tmp_path):
         pytest.skip("root writes read-only files")
     with pytest.raises(ReportOutputError, match="read-only"):
         resolve_csv_target(path, "x.csv")
+
+
+def test_certify_shows_what_it_is_doing_from_the_first_second(tmp_path, capsys):
+    """No silent minute: a bar over the sizing of each fixture's samples, then the certifying bar,
+    which names the fixture it samples as soon as it starts it."""
+    assert cli_main(["certify", "--fixture", "seed-six-token", "--fixture", "tiny", "--tv", "0.05",
+                     "--csv", str(tmp_path / "c.csv")]) == 0
+    err = capsys.readouterr().err
+    sizing = [frame for frame in err.split("\r") if frame.startswith("sizing the samples:")]
+    assert sizing and all("/2 [" in frame for frame in sizing), sizing  # one step per fixture
+    certifying = [frame for frame in err.split("\r") if frame.startswith("certifying numpy:") and "%|" in frame]
+    assert any(frame.rstrip().endswith("seed-six-token]") for frame in certifying), certifying[:3]
+    assert any(frame.rstrip().endswith("tiny]") for frame in certifying), certifying[-3:]
