@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from urllib.parse import urlsplit
 
 from specgauge.errors import ConfigError
 from specgauge.stattests.server.probe import ClientConfig, ProbeConfig, load_prompts, probe
@@ -35,12 +36,20 @@ top_p = _number(float, lambda v: 0 < v <= 1, "a probability in (0, 1]")
 unit = _number(float, lambda v: 0 <= v <= 1, "a number in [0, 1]")
 
 
+def server_url(text: str) -> str:
+    """An argparse type: an http(s) URL with a host, refused before any request is made."""
+    parsed = urlsplit(text.strip())
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a server URL: expected http://HOST:PORT (or https://...)")
+    return text.strip()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="specgauge probe",
         description="Sample an OpenAI-compatible endpoint (/v1/completions or chat) into an append-only JSONL "
                     "that a rerun resumes; `specgauge compare` certifies it.")
-    parser.add_argument("url", help="server base URL, e.g. http://127.0.0.1:8000 (with or without /v1)")
+    parser.add_argument("url", type=server_url, help="server base URL, e.g. http://127.0.0.1:8000 (with or without /v1)")
     parser.add_argument("--out", required=True, help="the JSONL to write or resume")
     parser.add_argument("--prompts", default=None,
                         help='JSONL of {"prompt": ...} lines (default: a built-in set with concentrated next tokens)')

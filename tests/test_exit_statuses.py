@@ -1,0 +1,131 @@
+"""One rule for exit statuses, walked over every subcommand's documented error cases.
+
+2: what the user gave wrong, found before any work (and nothing written); 1: a failed
+verdict or a failure while working; 70 never for input. Each case is one line on stderr.
+A new subcommand must add its cases here: the table is checked against the dispatcher's.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from specgauge.reports.cli import SUBCOMMANDS, main
+
+USER_MODULE = textwrap.dedent('''
+    import numpy as np
+
+    class ClassAttributes:
+        vocab_size = 6
+        order = 1
+
+        def next_probs(self, contexts):
+            return np.full((len(contexts), 6), 1 / 6)
+
+    class SetInInit:
+        def __init__(self):
+            self.vocab_size, self.order = 6, 1
+
+        def next_probs(self, contexts):
+            return np.full((len(contexts), 6), 1 / 6)
+
+    class Raises(SetInInit):
+        def next_probs(self, contexts):
+            raise RuntimeError("kernel failed\\nsecond line")
+
+    class Small(SetInInit):
+        def __init__(self):
+            self.vocab_size, self.order = 4, 1
+''')
+
+
+@pytest.fixture
+def inputs(tmp_path, monkeypatch):
+    """The files the cases name, in a folder of their own that is on the import path."""
+    (tmp_path / "user_drafts.py").write_text(USER_MODULE)
+    (tmp_path / "raises_at_import.py").write_text("raise ImportError('a missing optional package')\n")
+    (tmp_path / "errors_at_import.py").write_text("1 / 0\n")
+    (tmp_path / "ids.jsonl").write_text(json.dumps([1, 2, 3]) + "\n" + json.dumps([4, 6, 9]) + "\n")
+    (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "garbled.jsonl").write_text("garbage{\n")
+    (tmp_path / "steps.csv").write_text("batch_size,seconds\nx,y\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    for name in ("user_drafts", "raises_at_import", "errors_at_import"):
+        sys.modules.pop(name, None)
+    return tmp_path
+
+
+TOY = ["acceptance", "--target", "toy:bigram-v6-mid", "--samples", "2", "--max-new-tokens", "4", "--no-progress",
+       "--no-plot", "--gamma", "1"]
+
+#: (id, argv, status, words the one line must hold)
+CASES = [
+    # plan
+    ("plan-gamma", ["plan", "--gamma", "1,-1"], 2, "gamma must be an integer >= 0, got -1"),
+    ("plan-gpu", ["plan", "--gpu", "nosuch"], 2, "nosuch"),
+    ("plan-requests-huge", ["plan", "--requests", "1e8", "--gamma", "0,2", "--batch-size", "1"], 2,
+     "more than this machine's"),
+    ("plan-acceptance-missing", ["plan", "--acceptance", "missing.jsonl"], 2, "missing.jsonl"),
+    ("plan-csv-folder", ["plan", "--csv", "no/such/folder/plan.csv"], 2, "does not exist"),
+    # simulate
+    ("simulate-alpha", ["simulate", "--alpha", "2"], 2, "alpha must be in [0, 1], got 2.0"),
+    ("simulate-requests-huge", ["simulate", "--requests", "1e9"], 2, "more than this machine's"),
+    # law
+    ("law-decoder", ["law", "--decoder", "nosuch_module_xyz:X"], 2, "cannot import module 'nosuch_module_xyz'"),
+    # certify
+    ("certify-decoder", ["certify", "--decoder", "nosuch_module_xyz:X"], 2, "cannot import module"),
+    ("certify-import-raises", ["certify", "--decoder", "errors_at_import:X", "--fixture", "seed-six-token"], 2,
+     "ZeroDivisionError"),
+    ("certify-false-fail", ["certify", "--false-fail", "1e-13"], 2, "--false-fail"),
+    ("certify-fixture", ["certify", "--fixture", "nosuch"], 2, "nosuch"),
+    # calibrate
+    ("calibrate-out-unwritable", ["calibrate", "--gpu", "h100", "--target", "llama-3.1-8b", "--steps", "steps.csv",
+                                  "--out", "/proc/calibrated.toml"], 2, "cannot write"),
+    ("calibrate-steps-missing", ["calibrate", "--gpu", "h100", "--target", "llama-3.1-8b", "--steps", "none.csv",
+                                 "--out", "out.toml"], 2, "none.csv"),
+    # probe
+    ("probe-url", ["probe", "not a url", "--samples", "1", "--out", "x.jsonl"], 2, "not a url"),
+    # compare
+    ("compare-missing", ["compare", "missing.jsonl"], 2, "missing.jsonl"),
+    ("compare-empty", ["compare", "empty.jsonl"], 2, "not a specgauge probe file"),
+    ("compare-garbled", ["compare", "garbled.jsonl"], 2, "not a specgauge probe file"),
+    # acceptance
+    ("acceptance-import-raises", [*TOY, "--draft", "raises_at_import:X"], 2, "a missing optional package"),
+    ("acceptance-import-errors", [*TOY, "--draft", "errors_at_import:X"], 2, "ZeroDivisionError"),
+    ("acceptance-not-a-model", [*TOY, "--draft", "collections:OrderedDict"], 2, "has no next_probs method"),
+    ("acceptance-token-id", [*TOY, "--draft", "ngram", "--prompts", "ids.jsonl"], 2,
+     "ids.jsonl:2: token id 9 is outside the vocabulary"),
+    ("acceptance-small-draft", [*TOY, "--draft", "user_drafts:Small"], 2, "fewer than the target's"),
+    ("acceptance-huge", [*TOY, "--draft", "ngram", "--samples", "1e8", "--max-new-tokens", "1e8"], 2,
+     "lower --samples or --max-new-tokens"),
+    ("acceptance-plan-huge", [*TOY, "--draft", "d=user_drafts:SetInInit", "--plan", "--plan-target", "llama-3.1-8b",
+                              "--plan-draft", "d=llama-3.2-1b", "--plan-requests", "1e8"], 2, "lower --plan-requests"),
+    ("acceptance-next-probs-raises", [*TOY, "--draft", "user_drafts:Raises"], 1,
+     "next_probs raised RuntimeError: kernel failed"),
+    ("acceptance-class-attributes", [*TOY, "--draft", "user_drafts:ClassAttributes"], 0, ""),
+    ("acceptance-set-in-init", [*TOY, "--draft", "user_drafts:SetInInit"], 0, ""),
+]
+
+
+def test_every_subcommand_has_its_error_cases():
+    assert {argv[0] for _, argv, _, _ in CASES} == set(SUBCOMMANDS)
+
+
+@pytest.mark.parametrize(("argv", "status", "words"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_exit_status_follows_the_rule(inputs, capsys, argv, status, words):
+    before = sorted(p.name for p in Path(inputs).iterdir())
+    assert main(argv) == status
+    err = capsys.readouterr().err.strip()
+    if status == 0:
+        return
+    line = err.splitlines()[-1] if err else ""
+    assert words in line and "internal error" not in err, err
+    assert "\n" not in err or status == 1, err  # one line (a failure while working may follow a warning)
+    if status == 2:  # found before any work: nothing written beside the inputs, not even the default folder's files
+        after = sorted(p.name for p in Path(inputs).iterdir() if p.name != "reports")
+        assert after == before and not any((Path(inputs) / "reports").glob("*")), after
