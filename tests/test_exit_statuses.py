@@ -129,3 +129,30 @@ def test_exit_status_follows_the_rule(inputs, capsys, argv, status, words):
     if status == 2:  # found before any work: nothing written beside the inputs, not even the default folder's files
         after = sorted(p.name for p in Path(inputs).iterdir() if p.name != "reports")
         assert after == before and not any((Path(inputs) / "reports").glob("*")), after
+
+
+def test_an_interrupted_run_resumes_and_gives_the_same_csv(inputs, capsys, monkeypatch):
+    """``acceptance --run`` journals each (draft, γ) run as it finishes: after an interrupt
+    the rerun computes only what is missing, and the CSV is the uninterrupted run's."""
+    import specgauge.measurement.forcing as forcing
+
+    argv = [*TOY, "--draft", "user_drafts:SetInInit", "--run", "--run-gamma", "1,2,3", "--seed", "3"]
+    assert main([*argv, "--csv", "fresh.csv"]) == 0
+    real, calls = forcing.run_speculative, []
+
+    def interrupted(*args, **kwargs):
+        calls.append(kwargs["gamma"])
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(forcing, "run_speculative", interrupted)
+    assert main([*argv, "--csv", "resumed.csv"]) == 130
+    assert (inputs / "resumed.csv.partial.jsonl").exists() and not (inputs / "resumed.csv").exists()
+    calls.clear()
+    monkeypatch.setattr(forcing, "run_speculative", lambda *a, **k: calls.append(k["gamma"]) or real(*a, **k))
+    assert main([*argv, "--csv", "resumed.csv"]) == 0
+    assert calls == [2, 3]  # γ = 1 finished before the interrupt
+    assert "1 of 3 runs resumed" in capsys.readouterr().out
+    assert (inputs / "resumed.csv").read_bytes() == (inputs / "fresh.csv").read_bytes()
+    assert not (inputs / "resumed.csv.partial.jsonl").exists() and not (inputs / "resumed.csv.lock").exists()

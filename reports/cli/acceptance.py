@@ -195,16 +195,42 @@ def _bar(total: int, desc: str, off: bool, unit: str = "req"):
     return tqdm(total=total, desc=desc, unit=unit, disable=off, leave=False)
 
 
-def _run(args, target, drafts, requests, run_gammas) -> dict:
-    from specgauge.measurement.forcing import run_speculative
+def _run_context(args, requests) -> dict:
+    """What a run's result depends on: a journal row is reused only when all of it is the same."""
+    import hashlib
 
-    measured = {}
-    for draft in drafts:
-        for gamma in run_gammas:
+    ids = hashlib.sha256(b"".join(np.asarray(r.prompt, np.int64).tobytes() + b"|" for r in requests)).hexdigest()
+    return {"command": "acceptance --run", "target": args.target, "drafts": list(args.draft), "prompts": ids,
+            "max_new_tokens": args.max_new_tokens, "seed": args.seed, "dtype": args.dtype,
+            "sampling": [args.temperature, args.top_p, args.top_k]}
+
+
+def _run(args, target, drafts, requests, run_gammas, target_csv) -> dict:
+    """Each (draft, γ) run through the reference rule, journalled beside the CSV as it finishes,
+    so that an interrupted ``--run`` resumes where it stopped (each run is seeded on its own)."""
+    from specgauge.measurement.forcing import run_speculative
+    from specgauge.reports.sweeps.journal import Journal, item_key
+
+    context = _run_context(args, requests)
+    journal = Journal(target_csv.journal_path)
+    done = journal.load()
+    measured, resumed = {}, 0
+    try:
+        for index, (draft, gamma) in enumerate((d, g) for d in drafts for g in run_gammas):
+            key = item_key(context, (draft.name, gamma))
+            if key in done:
+                measured[(draft.name, gamma)] = [np.asarray(r, np.int64) for r in done[key]["rounds"]]
+                resumed += 1
+                continue
             with _bar(len(requests) * args.max_new_tokens, f"run {draft.name} γ={gamma}", args.no_progress, "tok") as bar:
-                measured[(draft.name, gamma)] = run_speculative(
-                    target, draft, [r.prompt for r in requests], length=args.max_new_tokens, gamma=gamma,
-                    seed=args.seed, progress=lambda n: bar.update(n))
+                rounds = run_speculative(target, draft, [r.prompt for r in requests], length=args.max_new_tokens,
+                                         gamma=gamma, seed=args.seed, progress=lambda n: bar.update(n))
+            journal.append(key, index, {"rounds": [np.asarray(r).tolist() for r in rounds]})
+            measured[(draft.name, gamma)] = rounds
+    finally:
+        journal.close()
+    if resumed:
+        say(f"--run: {resumed} of {len(measured)} runs resumed from an interrupted run")
     return measured
 
 
@@ -222,14 +248,21 @@ def _say_comparison(summary: pd.DataFrame) -> None:
 
 
 def execute(args) -> int:
-    import json
-
-    from specgauge.measurement.forcing import SUMMARY_COLUMNS, measure, summary_rows, trace_records
-
     try:
         target_csv, target, drafts, requests, gammas, run_gammas, plan = _prepare(args)
     except SpecgaugeError as exc:  # a probe file, a profile, an output folder: all inputs, all exit 2
         raise MeasurementInputError(str(exc)) from None
+    from specgauge.reports.sweeps.journal import sweep_lock
+
+    with sweep_lock(target_csv, "specgauge acceptance"):  # one run at a time on a CSV and its --run journal
+        return _measure_and_write(args, target_csv, target, drafts, requests, gammas, run_gammas, plan)
+
+
+def _measure_and_write(args, target_csv, target, drafts, requests, gammas, run_gammas, plan) -> int:
+    import json
+
+    from specgauge.measurement.forcing import SUMMARY_COLUMNS, measure, summary_rows, trace_records
+
     started = time.perf_counter()
     with _bar(len(requests), "teacher forcing", args.no_progress) as bar:
         m = measure(target, drafts, requests, length=args.max_new_tokens, seed=args.seed, k=args.candidates,
@@ -238,7 +271,7 @@ def execute(args) -> int:
     tokens = sum(len(c) for c in m.continuations)
     say(f"teacher forcing: {len(requests)} requests, {tokens} positions, {len(drafts)} draft(s) in {elapsed:.1f} s "
         f"({tokens / max(elapsed, 1e-9):.0f} positions/s)")
-    measured = _run(args, target, drafts, requests, run_gammas) if args.run else None
+    measured = _run(args, target, drafts, requests, run_gammas, target_csv) if args.run else None
     summary = pd.DataFrame(summary_rows(m, sorted(set(gammas) | set(run_gammas)), args.seed, args.candidates, measured),
                            columns=SUMMARY_COLUMNS)
     summary["measured_rounds"] = summary["measured_rounds"].astype("Int64")
@@ -249,6 +282,7 @@ def execute(args) -> int:
                 "seed": args.seed, "traces": traces.name,
                 "sampling": {"temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k}}
     write_csv_atomic(summary, target_csv.path, metadata)
+    target_csv.journal_path.unlink(missing_ok=True)  # the runs are in the CSV now
     say(f"wrote {traces} (replay: --acceptance {traces}:LABEL with LABEL one of {', '.join(d.label for d in m.drafts)})")
     say(f"wrote {target_csv.path}")
     if args.plot:
