@@ -65,7 +65,11 @@ SOURCES = {
                 "README.html): MiniMax-M2.5 + a BF16 EAGLE-3 draft (num_speculative_tokens 3, draft TP 1) on MI355X, "
                 "vLLM ROCm nightly, TP 4 with EP, 1K/1K random prompts, 10 x concurrency prompts, output tok/s/GPU "
                 "without / with EAGLE-3 at concurrency 4, 8, 16, 32, 64: 90.4 / 161.7 (1.79x), 162.6 / 277.9 (1.71x), "
-                "282.7 / 436.9 (1.55x), 484.8 / 759.0 (1.57x), 822.0 / 1137.3 (1.38x)",
+                "282.7 / 436.9 (1.55x), 484.8 / 759.0 (1.57x), 822.0 / 1137.3 (1.38x); Kimi-K2.5 (amd/Kimi-K2.5-MXFP4) "
+                "+ the BF16 EAGLE-3 draft lightseekorg/kimi-k2.5-eagle3, MI355X TP 4, vLLM v0.19.0, 1K/1K random "
+                "prompts, 10 x concurrency prompts, 10 seeds a cell, output tok/s/GPU without / with at concurrency 4, "
+                "8, 16, 32, 64: 82.7 / 157.0 (1.90x), 142.2 / 269.1 (1.89x), 220.5 / 399.6 (1.81x), 342.2 / 627.6 "
+                "(1.83x), 533.3 / 901.6 (1.69x) (draft length not stated)",
     SGLANG_CAP: "SGLang's speculative-decoding defaults: the DeepSeek usage docs (docs.sglang.ai basic_usage/deepseek, "
                 "2025): \"To enable DeepSeek MTP for large batch sizes (>48) ... Adjust --max-running-requests to a "
                 "larger number. The default value is 48 for MTP\" (32 in the spring-2025 version of the page); "
@@ -268,6 +272,13 @@ MOE_CURVES = {
         points={4: (90.4, 1.79), 8: (162.6, 1.71), 16: (282.7, 1.55), 32: (484.8, 1.57), 64: (822.0, 1.38)},
         per_token=lambda c, base: c / (4 * base),
         note="1024 + 1024 as published; the EAGLE-3 head simulated at the target's TP (the source runs it at TP 1)"),
+    "Kimi-K2.5 + EAGLE-3 (γ=3), MI355X TP4": dict(
+        source=AMD_EAGLE3, config=SimulationConfig(gpu="mi355x", target="kimi-k2.5", draft="eagle", tp=4, gamma=3,
+                                                   prompt_len=1024, output_len=1024),
+        points={4: (82.7, 1.90), 8: (142.2, 1.89), 16: (220.5, 1.81), 32: (342.2, 1.83), 64: (533.3, 1.69)},
+        per_token=lambda c, base: c / (4 * base),
+        note="1024 + 1024 as published; MXFP4 weights at half a byte, priced at the FP8 peak; the source does not "
+             "state its draft length: γ = 3 assumed (as its MiniMax runs)"),
 }
 
 

@@ -28,6 +28,7 @@ KINDS = ("model", "eagle", "mtp", "ngram")
 _ALIASES = {"eagle": "eagle", "eagle3": "eagle", "eagle-3": "eagle", "mtp": "mtp", "ngram": "ngram",
             "n-gram": "ngram", "prompt-lookup": "ngram"}
 EAGLE_DRAFT_VOCAB = 32_000          # EAGLE-3 checkpoints' draft_vocab_size (d2t maps to the target's)
+EAGLE_DRAFT_BYTES = 2               # EAGLE-3 heads ship in BF16 whatever the target's weights (an FP8 or FP4 target too)
 NGRAM_VERIFY_FRACTION = 0.0059      # SpecDecode-Bench: the n-gram proposer costs 0.59 % of the verify pass
 NGRAM_EMPTY = 0.5                   # share of empty n-gram proposals: a placeholder, replay a trace instead
 
@@ -206,6 +207,7 @@ def build_draft(name: str | None, *, gpu: GPU, target: Model, target_cost: PassC
     if draft_tp not in (None, tp):
         raise ConfigError(f"an {kind} head runs at the target's TP ({tp}); --draft-tp does not apply")
     resident, linear = _head_params(target, kind)
+    head_bytes = EAGLE_DRAFT_BYTES if kind == "eagle" else target.dtype_bytes   # an MTP module has the target's
     kv = target.kv_bytes_per_gpu(tp) * tp / target.layers   # one layer (from_shape and the memory plan split it by tp)
     fit = load_step_fit(f"{kind}:{target.name}", gpu.name, tp, profiles)
     if ratio is not None:
@@ -219,8 +221,8 @@ def build_draft(name: str | None, *, gpu: GPU, target: Model, target_cost: PassC
         routed = target.experts_per_token * target.expert_params if moe else 0
         cost = PassDraft(PassCost.from_shape(
             gpu, linear_params=linear, kv_bytes_per_token=kv, attn_flops_per_ctx=4.0 * target.heads * target.head_dim,
-            layers=2, hidden=target.hidden, dtype_bytes=target.dtype_bytes, tp=tp, weight_params=linear - routed,
+            layers=2, hidden=target.hidden, dtype_bytes=head_bytes, tp=tp, weight_params=linear - routed,
             expert_params=target.expert_params if moe else 0.0, moe_layers=int(moe), experts=target.experts if moe else 0,
             experts_per_token=target.experts_per_token if moe else 0,
             measured_experts=target.measured_experts if moe else None))
-    return Draft(kind, f"{kind}:{target.name}", tp, resident * target.dtype_bytes / tp, kv / tp, cost, empty)
+    return Draft(kind, f"{kind}:{target.name}", tp, resident * head_bytes / tp, kv / tp, cost, empty)

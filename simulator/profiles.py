@@ -34,7 +34,10 @@ KNEE = 1.5
 def _check_knee(where: str, knee: object) -> None:
     if not (isinstance(knee, (int, float)) and not isinstance(knee, bool) and knee >= 1):
         raise ConfigError(f"{where}: knee must be a number >= 1 (1 adds, inf is the roofline max), got {knee!r}")
-_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "float16": 2, "bfloat16": 2, "fp8": 1, "fp32": 4, "float32": 4}
+#: Bytes a weight; 4-bit formats (MXFP4 as AMD's Quark writes it, NVFP4) at half a byte, their
+#: block scales (one byte per 16-32 weights) left out.
+_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "float16": 2, "bfloat16": 2, "fp8": 1, "fp32": 4, "float32": 4,
+                "fp4": 0.5, "mxfp4": 0.5, "nvfp4": 0.5}
 
 
 @dataclass(frozen=True)
@@ -96,8 +99,9 @@ class GPU:
         return self.peak_tflops * 1e12
 
     def peak_flops_for(self, dtype_bytes: int) -> float:
-        """Dense peak for GEMMs on weights of ``dtype_bytes`` (FP8 where the GPU has it)."""
-        return self.fp8_tflops * 1e12 if dtype_bytes == 1 and self.fp8_tflops else self.peak_flops
+        """Dense peak for GEMMs on weights of ``dtype_bytes``: FP8's for FP8 and 4-bit weights where the GPU
+        has it (no FP4 peak is profiled: a 4-bit GEMM is priced at the FP8 rate), else BF16's."""
+        return self.fp8_tflops * 1e12 if dtype_bytes <= 1 and self.fp8_tflops else self.peak_flops
 
     @property
     def bandwidth(self) -> float:
@@ -217,7 +221,7 @@ class Model:
                                                                         self.experts, self.experts_per_token))
 
     @property
-    def dtype_bytes(self) -> int:
+    def dtype_bytes(self) -> float:
         return _DTYPE_BYTES[self.dtype]
 
     @property
