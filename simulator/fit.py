@@ -219,18 +219,25 @@ def fit_step_model(equations: list[Equation], prior: PassCost, knees=KNEES) -> S
 
 
 def closed_loop_equation(concurrency: float, input_len: float, output_len: float, seconds_per_token: float,
-                         label: str) -> Equation:
+                         label: str, prefills: float | None = None) -> Equation:
     """A closed-loop serving run at ``concurrency``: the time a request spends per output token.
 
     By Little's law a request's life holds its own prefill and, on average, the prefills of
     the ``concurrency - 1`` requests that replace the others meanwhile, so each decode step
-    carries ``concurrency / output_len`` prompt prefills: one decode pass at the batch and
-    its mid-output context, plus that share of a pass over ``input_len`` prompt tokens.
-    (Mean end-to-end latency over output tokens, or concurrency over output throughput.)
+    carries ``prefills`` prompt prefills: one decode pass at the batch and its mid-output
+    context, plus that share of a pass over ``input_len`` prompt tokens. ``prefills``
+    defaults to ``concurrency / output_len``, for mean end-to-end latency over output tokens
+    (or concurrency over output throughput); a mean TPOT leaves the request's own prefill
+    out: ``(concurrency - 1) / output_len`` (``tpot_prefills``).
     """
+    share = float(concurrency) / max(float(output_len), 1.0) if prefills is None else float(prefills)
     decode = (1.0, float(concurrency), float(concurrency) * (input_len + output_len / 2))
-    prefill = (float(concurrency) / max(float(output_len), 1.0), float(input_len), 0.0)
-    return Equation((decode, prefill), float(seconds_per_token), label)
+    return Equation((decode, (share, float(input_len), 0.0)), float(seconds_per_token), label)
+
+
+def tpot_prefills(concurrency: float, output_len: float) -> float:
+    """Prompt prefills a decode step carries in a closed loop, as a request's TPOT sees them (its own excluded)."""
+    return max(float(concurrency) - 1.0, 0.0) / max(float(output_len), 1.0)
 
 
 def serve_curve_fit(prior: PassCost, concurrency, seconds_per_token, input_len: float, output_len: float,

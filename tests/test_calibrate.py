@@ -76,9 +76,12 @@ def test_round_trip_through_the_profile_and_the_simulator(tmp_path, capsys):
     base, spec = tmp_path / "base.json", tmp_path / "spec.json"
     shape = {"completed": 100, "total_input_tokens": 51_200, "total_output_tokens": 25_600, "max_concurrency": 32}
     kv = 32 * (512 + 128)
-    base.write_text(json.dumps({**shape, "mean_tpot_ms": float(TRUE @ [1, 32, kv]) * 1e3}))
+    # A closed loop: each step also carries (32 - 1) / 256 prompt prefills of 512 tokens.
+    prefill_ms = 31 / 256 * float(TRUE @ [1, 512, 0]) * 1e3
+    base.write_text(json.dumps({**shape, "mean_tpot_ms": float(TRUE @ [1, 32, kv]) * 1e3 + prefill_ms}))
     round_ms = float(TRUE @ [1, 32 * 4, kv]) * 1e3 + 2.5   # the verify pass + a 2.5 ms proposer
-    spec.write_text(json.dumps({**shape, "mean_tpot_ms": round_ms / 2.5, "spec_decode_acceptance_length": 2.5,
+    spec.write_text(json.dumps({**shape, "mean_tpot_ms": round_ms / 2.5 + prefill_ms,
+                                "spec_decode_acceptance_length": 2.5,
                                 "spec_decode_num_drafts": 1000, "spec_decode_draft_tokens": 3000}))
     out = tmp_path / "mine.toml"
     assert cli_main(["calibrate", "--gpu", "h100", "--target", "llama-3.1-8b", "--steps", str(steps),
@@ -171,12 +174,14 @@ def test_serve_pairs_at_two_loads_calibrate_a_2024_ngram_slowdown(tmp_path, caps
     gamma, length, kv_ctx = 4, 2.0, 512 + 64
     args = ["--steps", str(steps)]
     for c in (1, 128):
-        base = float(TRUE @ [1, c, c * kv_ctx]) * 1e3
+        prefill_ms = (c - 1) / 128 * float(TRUE @ [1, 512, 0]) * 1e3   # a closed loop's prompt prefills a step
+        base = float(TRUE @ [1, c, c * kv_ctx]) * 1e3 + prefill_ms
         args += ["--serve", _serve(tmp_path / f"base{c}.json", c, base)]
         round_ms = float(TRUE @ [1, c * (gamma + 1), c * kv_ctx]) * 1e3 + 1.0 + 0.040 * c * gamma
         spec = {"spec_decode_acceptance_length": length, "spec_decode_num_drafts": 1000,
                 "spec_decode_draft_tokens": 1000 * gamma}
-        args += ["--serve", _serve(tmp_path / f"spec{c}.json", c, round_ms / length, **spec) + ":draft=ngram"]
+        args += ["--serve", _serve(tmp_path / f"spec{c}.json", c, round_ms / length + prefill_ms, **spec)
+                 + ":draft=ngram"]
     out = tmp_path / "old-vllm.toml"
     assert cli_main(["calibrate", "--gpu", "h100", "--target", "llama-3.1-8b", "--out", str(out)] + args) == 0
     assert "per speculative step" in capsys.readouterr().out

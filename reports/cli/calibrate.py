@@ -8,7 +8,9 @@ Inputs, any mix (each becomes equations of ``specgauge.simulator.fit``):
   files (the JSON holds ``avg_latency`` but not the run's shape, so the suffix gives it,
   unless the JSON carries ``batch_size``/``input_len``/``output_len``);
 * ``--serve FILE.json[:draft=NAME]``: ``vllm bench serve --save-result`` files. A run
-  without speculation contributes its mean TPOT at its ``max_concurrency``; a run with
+  without speculation contributes its mean TPOT at its ``max_concurrency``, read as a
+  closed loop (a decode step plus the prompt prefills of the requests that replace the
+  others meanwhile: ``fit.closed_loop_equation``); a run with
   speculation (``spec_decode_acceptance_length`` present; ``draft=`` names the proposer:
   a model, ``eagle``, ``mtp`` or ``ngram``) is priced after the fit: what a round costs
   beyond the verify pass. Runs of one proposer at two or more concurrencies split it into
@@ -40,7 +42,8 @@ from specgauge.csvio import check_writable, write_csv_atomic
 from specgauge.errors import InputFileError
 from specgauge.simulator.cost import PassCost
 from specgauge.simulator.drafts import draft_kind
-from specgauge.simulator.fit import Equation, StepModelFit, fit_step_model, latency_equation, step_equation, tpot_equation
+from specgauge.simulator.fit import (Equation, StepModelFit, closed_loop_equation, fit_step_model, latency_equation,
+                                     step_equation, tpot_prefills)
 from specgauge.simulator.profiles import GPU, Model, load_gpu, load_model, step_key
 
 STEP_COLUMNS = ("batched_tokens", "kv_tokens", "ms")
@@ -210,9 +213,11 @@ def spec_run(fit: StepModelFit, data: dict[str, Any], where: str, draft: str, *,
     gamma = _spec_gamma(data, where)
     kv = concurrency * (input_len + output_len / 2)
     verify = float(fit.predict(concurrency * (gamma + 1), kv))
+    # A round carries the prompt prefills of the requests that replace finished ones meanwhile.
+    prefill = tpot_prefills(concurrency, output_len) * accepted_length * float(fit.predict(input_len, 0.0))
     kind = draft_kind(draft)
     proposer = load_model(draft, profiles).name if kind == "model" else f"{kind}:{model.name}"
-    return SpecRun(where, kind, proposer, concurrency, gamma, tpot * accepted_length - verify)
+    return SpecRun(where, kind, proposer, concurrency, gamma, tpot * accepted_length - verify - prefill)
 
 
 def split_speculation(runs: list[SpecRun]) -> tuple[float | None, dict[str, tuple[float, float]], str]:
@@ -320,7 +325,8 @@ def main(argv: list[str] | None = None) -> int:
             speculative.append((data, str(path), options["draft"]))
             continue
         concurrency, input_len, output_len, tpot = check_serve_result(data, str(path))
-        equations.append(tpot_equation(concurrency, input_len, output_len, tpot, f"{path.name} (serve TPOT)"))
+        equations.append(closed_loop_equation(concurrency, input_len, output_len, tpot, f"{path.name} (serve TPOT)",
+                                              prefills=tpot_prefills(concurrency, output_len)))
     if not equations:
         raise CalibrateError("nothing to fit: give --steps, --latency or --serve files without speculation")
     fit = fit_step_model(equations, calibration_prior(gpu, model, args.tp))
