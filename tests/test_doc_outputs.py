@@ -1,0 +1,95 @@
+"""Every sample output in README.md and docs/ is what the tool prints today.
+
+Each block of output in the manual sits under a marker ``<!-- output: NAME -->`` and is
+written by ``scripts/regenerate-docs.py`` from the real commands; here each example runs
+again and its block must match, times, rates and temporary paths aside (and, for a run
+whose numbers come from a server's sampling, its numbers too: the words, columns, check
+names and verdicts still count). The fast examples (simulate, calibrate: about 10 s
+together) run in the default tier; certify, plan's default scenario, the servers, the
+measured acceptance and the gate's failing run are slow (about 4 minutes). The checker
+is shown to catch a stale number and to ignore noise before any page is trusted to it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("regenerate_docs", ROOT / "scripts" / "regenerate-docs.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+docs = _load()
+
+
+def test_every_output_block_in_the_manual_is_regenerated():
+    """A fenced block that shows a command's output (it starts with ``$ ``) sits under a marker with an
+    example behind it, and every example has its marker: no sample output escapes the script."""
+    names = {e.name for e in docs.EXAMPLES}
+    assert len(names) == len(docs.EXAMPLES)
+    seen, unmarked = set(), []
+    for page in PAGES:
+        lines = page.read_text().splitlines()
+        inside = False
+        for i, line in enumerate(lines):
+            if line.startswith("```"):
+                inside = not inside
+                if inside and i + 1 < len(lines) and lines[i + 1].startswith("$ "):
+                    marker = re.fullmatch(r"<!-- output: (\S+) -->", lines[i - 1]) if i else None
+                    if not marker or marker.group(1) not in names:
+                        unmarked.append(f"{page.name}:{i + 1}")
+                    else:
+                        seen.add(marker.group(1))
+                        example = next(e for e in docs.EXAMPLES if e.name == marker.group(1))
+                        assert page == ROOT / example.page, (example.name, page)
+    assert not unmarked, f"output blocks no example regenerates: {unmarked}"
+    assert seen == names, f"examples without a block: {names - seen}"
+
+
+def test_each_block_shows_the_commands_as_the_example_runs_them():
+    for example in docs.EXAMPLES:
+        shown = [line[2:] for line in docs.page_block(example).splitlines() if line.startswith("$ ")]
+        assert shown == list(example.commands), example.name
+
+
+def test_the_checker_ignores_noise_and_catches_a_stale_number():
+    page = ["$ specgauge plan", "wrote reports/plan.csv: 72 configurations in 17.6 s",
+            "probe: 8000 new samples in 7.3 s (1092/s), 8000 in /tmp/x/off.jsonl", "1      5    2.26"]
+    run = ["$ specgauge plan", "wrote reports/plan.csv: 72 configurations in 3.1 s",
+           "probe: 8000 new samples in 9.0 s (880/s), 8000 in /tmp/other/off.jsonl", "1  5  2.26"]
+    assert docs.normalise("\n".join(page)) == docs.normalise("\n".join(run))
+    stale = run[:-1] + ["1      3    2.26"]                                  # best γ changed: the page is stale
+    assert docs.normalise("\n".join(page)) != docs.normalise("\n".join(stale))
+    assert docs.normalise("\n".join(page), numbers=False) == docs.normalise("\n".join(stale), numbers=False)
+    renamed = run[:-1] + ["1      5    2.26 extra-column"]                     # a column or check name changed
+    assert docs.normalise("\n".join(page), numbers=False) != docs.normalise("\n".join(renamed), numbers=False)
+
+
+def test_progress_bars_are_left_out():
+    raw = ("header\ncertifying numpy:  10%|#         | 63/631 [00:05<00:50]\rcertifying numpy: 100%|##########| 631/631"
+           "\r\n\r                              \r\nresult\n\nrun flat γ=4: 1926tok [00:05, 298.30tok/s]\r\n"
+           "second paragraph\n")
+    assert docs._clean(raw) == "header\nresult\n\nsecond paragraph"
+
+
+@pytest.mark.parametrize("example", [pytest.param(e, id=e.name, marks=[pytest.mark.slow] if e.slow else [])
+                                     for e in docs.EXAMPLES])
+def test_the_page_and_the_tool_agree(example):
+    for module in ("torch", "transformers") if example.setup_block else ():
+        pytest.importorskip(module)
+    fresh = docs.run(example)
+    diff = docs.stale(example, fresh)
+    assert not diff, (f"{example.page} is stale for {example.name}: run "
+                      f"`python scripts/regenerate-docs.py {example.name}`\n" + "\n".join(diff[:60]))
