@@ -264,3 +264,38 @@ def test_bad_calibrate_inputs_are_one_line_exit_2_nothing_written(tmp_path, caps
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and all(text in err for text in expect[case]), err
     assert set(tmp_path.iterdir()) == before
+
+
+def test_sglang_bench_serving_results_calibrate_like_vllms(tmp_path, capsys):
+    """The same runs written as ``sglang.bench_serving`` writes them (``accept_length``, no draft
+    counts, γ given in the suffix) give the same fit as vLLM's files; without ``gamma=`` the
+    speculative file is refused in one line."""
+    steps = tmp_path / "steps.csv"
+    synthetic_steps(np.random.default_rng(7), noise=0.0).to_csv(steps, index=False)
+    gamma, length, kv_ctx = 4, 2.0, 512 + 64
+    vllm_args, sglang_args = ["--steps", str(steps)], ["--steps", str(steps)]
+    for c in (1, 128):
+        prefill_ms = (c - 1) / 128 * float(TRUE @ [1, 512, 0]) * 1e3
+        base = float(TRUE @ [1, c, c * kv_ctx]) * 1e3 + prefill_ms
+        round_ms = float(TRUE @ [1, c * (gamma + 1), c * kv_ctx]) * 1e3 + 1.0 + 0.040 * c * gamma
+        vllm_args += ["--serve", _serve(tmp_path / f"vb{c}.json", c, base),
+                      "--serve", _serve(tmp_path / f"vs{c}.json", c, round_ms / length + prefill_ms,
+                                        spec_decode_acceptance_length=length, spec_decode_num_drafts=1000,
+                                        spec_decode_draft_tokens=1000 * gamma) + ":draft=ngram"]
+        sglang_args += ["--serve", _serve(tmp_path / f"sb{c}.json", c, base, accept_length=None),
+                        "--serve", _serve(tmp_path / f"ss{c}.json", c, round_ms / length + prefill_ms,
+                                          accept_length=length) + f":draft=ngram,gamma={gamma}"]
+    fits = []
+    for name, args in (("vllm", vllm_args), ("sglang", sglang_args)):
+        out = tmp_path / f"{name}.toml"
+        assert cli_main(["calibrate", "--gpu", "h100", "--target", "llama-3.1-8b", "--out", str(out)] + args) == 0
+        fits.append((load_step_fit("llama-3.1-8b", "h100-sxm", 1, str(out)),
+                     load_step_fit("ngram:llama-3.1-8b", "h100-sxm", 1, str(out))))
+    (vt, vp), (st, sp) = fits
+    assert st.spec_overhead_ms == pytest.approx(vt.spec_overhead_ms) == pytest.approx(1.0, rel=0.05)
+    assert sp.c_token_us == pytest.approx(vp.c_token_us) == pytest.approx(40.0, rel=0.05)
+    capsys.readouterr()
+    no_gamma = [a.replace(f",gamma={gamma}", "") for a in sglang_args]
+    assert cli_main(["calibrate", "--gpu", "h100", "--target", "llama-3.1-8b", "--out",
+                     str(tmp_path / "x.toml")] + no_gamma) == 2
+    assert "gamma=N" in capsys.readouterr().err

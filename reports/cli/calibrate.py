@@ -7,7 +7,9 @@ Inputs, any mix (each becomes equations of ``specgauge.simulator.fit``):
 * ``--latency FILE.json:batch=B,input=I,output=O``: ``vllm bench latency --output-json``
   files (the JSON holds ``avg_latency`` but not the run's shape, so the suffix gives it,
   unless the JSON carries ``batch_size``/``input_len``/``output_len``);
-* ``--serve FILE.json[:draft=NAME]``: ``vllm bench serve --save-result`` files. A run
+* ``--serve FILE.json[:draft=NAME][,gamma=N]``: ``vllm bench serve --save-result`` or
+  ``sglang.bench_serving`` result files (SGLang's ``accept_length`` read as the accepted
+  length; its results do not record γ, so ``gamma=`` gives it). A run
   without speculation contributes its mean TPOT at its ``max_concurrency``, read as a
   closed loop (a decode step plus the prompt prefills of the requests that replace the
   others meanwhile: ``fit.closed_loop_equation``); a run with
@@ -176,14 +178,27 @@ def latency_equation_from(text: str) -> Equation:
                             f"{path.name} (latency, batch {batch})")
 
 
-def _spec_gamma(data: dict[str, Any], where: str) -> int:
+#: The accepted length a speculative serve result records: vLLM's key, then ``sglang.bench_serving``'s
+#: (the server's average accept length, tokens a verification step including the bonus).
+ACCEPTED_LENGTH_KEYS = ("spec_decode_acceptance_length", "accept_length")
+
+
+def accepted_length_key(data: dict[str, Any]) -> str | None:
+    """Which key holds a speculative run's accepted length, or None for a run without speculation."""
+    return next((key for key in ACCEPTED_LENGTH_KEYS if data.get(key) is not None), None)
+
+
+def _spec_gamma(data: dict[str, Any], where: str, given: int | None = None) -> int:
+    if given is not None:
+        return given
     if data.get("spec_decode_num_drafts") and data.get("spec_decode_draft_tokens"):
         return int(round(float(data["spec_decode_draft_tokens"]) / float(data["spec_decode_num_drafts"])))
     positions = data.get("spec_decode_per_position_acceptance_rates")
     if positions:
         return len(positions)
     raise CalibrateError(f"{where}: a speculative run needs spec_decode_draft_tokens / spec_decode_num_drafts "
-                         "or spec_decode_per_position_acceptance_rates to know γ")
+                         "or spec_decode_per_position_acceptance_rates to know γ, or the suffix gamma=N (an "
+                         "sglang.bench_serving result does not record it)")
 
 
 def calibration_prior(gpu: GPU, model: Model, tp: int) -> PassCost:
@@ -206,11 +221,11 @@ class SpecRun:
 
 
 def spec_run(fit: StepModelFit, data: dict[str, Any], where: str, draft: str, *, model: Model,
-             profiles: str | None) -> SpecRun:
+             profiles: str | None, gamma: int | None = None) -> SpecRun:
     """What a speculative round cost beyond its verify pass."""
     concurrency, input_len, output_len, tpot = check_serve_result(data, where)
-    accepted_length = _number(data, "spec_decode_acceptance_length", where)
-    gamma = _spec_gamma(data, where)
+    accepted_length = _number(data, accepted_length_key(data) or ACCEPTED_LENGTH_KEYS[0], where)
+    gamma = _spec_gamma(data, where, gamma)
     kv = concurrency * (input_len + output_len / 2)
     verify = float(fit.predict(concurrency * (gamma + 1), kv))
     # A round carries the prompt prefills of the requests that replace finished ones meanwhile.
@@ -290,8 +305,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="timed steps: batched_tokens, kv_tokens, ms[, batch, model]")
     parser.add_argument("--latency", action="append", default=[], metavar="JSON[:batch=B,input=I,output=O]",
                         help="a `vllm bench latency --output-json` file and the run's shape")
-    parser.add_argument("--serve", action="append", default=[], metavar="JSON[:draft=NAME]",
-                        help="a `vllm bench serve --save-result` file, with or without speculation")
+    parser.add_argument("--serve", action="append", default=[], metavar="JSON[:draft=NAME[,gamma=N]]",
+                        help="a `vllm bench serve --save-result` or `sglang.bench_serving` result, with or without "
+                             "speculation (gamma=N where the file does not record the draft length)")
     parser.add_argument("--profiles", default=None,
                         help="extra GPU/model profiles (TOML/JSON, several comma-separated) the names refer to")
     parser.add_argument("--out", default="calibrated.toml", help="profile TOML to write (default calibrated.toml)")
@@ -315,14 +331,14 @@ def main(argv: list[str] | None = None) -> int:
     for path in args.steps:
         equations += steps_equations(Path(path), model.name)
     equations += [latency_equation_from(text) for text in args.latency]
-    speculative: list[tuple[dict[str, Any], str, str]] = []
+    speculative: list[tuple[dict[str, Any], str, str, int | None]] = []
     for text in args.serve:
-        path, options = check_spec_options(text, {"draft": str})
+        path, options = check_spec_options(text, {"draft": str, "gamma": int})
         data = check_json_object(path)
-        if data.get("spec_decode_acceptance_length") is not None:
+        if accepted_length_key(data) is not None:
             if "draft" not in options:
                 raise CalibrateError(f"{str(path)!r} is a speculative run: name its proposer, {path}:draft=eagle")
-            speculative.append((data, str(path), options["draft"]))
+            speculative.append((data, str(path), options["draft"], options.get("gamma")))
             continue
         concurrency, input_len, output_len, tpot = check_serve_result(data, str(path))
         equations.append(closed_loop_equation(concurrency, input_len, output_len, tpot, f"{path.name} (serve TPOT)",
@@ -330,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     if not equations:
         raise CalibrateError("nothing to fit: give --steps, --latency or --serve files without speculation")
     fit = fit_step_model(equations, calibration_prior(gpu, model, args.tp))
-    runs = [spec_run(fit, data, where, draft, model=model, profiles=args.profiles) for data, where, draft in speculative]
+    runs = [spec_run(fit, data, where, draft, model=model, profiles=args.profiles, gamma=gamma)
+            for data, where, draft, gamma in speculative]
     spec_overhead, proposers, split_note = split_speculation(runs)
     sources = ", ".join(sorted({label.split(" ")[0].split(":")[0] for label in fit.labels}))
     key = step_key(model.name, gpu.name, args.tp)
