@@ -201,7 +201,7 @@ def test_probe_continuations_are_reused(tiny, tmp_path, capsys):
     (["--draft", "nonsense"], "is not a model directory, ngram[:N], toy:NAME or MODULE:NAME"),
     (["--draft", "toy:no-such"], "unknown toy LM"),
     (["--draft", "ngram:x"], "ngram:MAX_N takes a positive integer"),
-    (["--draft", "ngram", "--gamma", "0"], "--gamma '0': expected integers >= 1"),
+    (["--draft", "ngram", "--gamma", "0"], "argument --gamma: expected an integer ≥ 1, got 0"),
     (["--draft", "ngram", "--prompts", "missing.jsonl"], "cannot read prompts"),
     (["--draft", "ngram", "--prompts", "BAD"], "not a JSON line"),
     (["--draft", "ngram", "--plan"], "--plan needs --plan-target"),

@@ -37,14 +37,19 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def _ints(text: str, flag: str, minimum: int = 1) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise MeasurementInputError(f"{flag} {text!r}: expected comma-separated integers") from None
-    if not values or min(values) < minimum:
-        raise MeasurementInputError(f"{flag} {text!r}: expected integers >= {minimum}")
-    return tuple(sorted(set(values)))
+#: γ values and batch sizes: positive integers, none twice (as every other command's lists)
+_INTS = validate.CommaList(validate.positive_int)
+#: torch devices an HF model can be put on
+DEVICES = ("cpu", "cuda", "mps", "xpu")
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _device(text: str) -> str:
+    """An argparse type: ``cpu``, ``cuda``, ``cuda:N``, ``mps``, ``xpu``, ``xpu:N``."""
+    kind, _, index = str(text).strip().partition(":")
+    if kind not in DEVICES or (index and not (index.isdigit() and kind in ("cuda", "xpu"))):
+        raise argparse.ArgumentTypeError(f"a torch device: cpu, cuda[:N], mps or xpu[:N], not {text!r}")
+    return str(text).strip()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,10 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--top-k", type=validate.positive_int, default=None)
     p.add_argument("--seed", type=validate.seed, default=0, help="root seed (continuations, traces, bootstrap, --run)")
-    p.add_argument("--gamma", default=DEFAULT_GAMMAS, help=f"γ values of the summary (default {DEFAULT_GAMMAS})")
+    p.add_argument("--gamma", type=_INTS, default=_INTS.parse(DEFAULT_GAMMAS), help=f"γ values of the summary (default {DEFAULT_GAMMAS})")
     p.add_argument("--candidates", type=validate.positive_int, default=4, help="ranked candidates per position (n-gram, top-k tree)")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", default="float32", help="torch dtype of HF models (float32, bfloat16, float16)")
+    p.add_argument("--device", type=_device, default="cpu", help="torch device of HF models (cpu, cuda[:N], ...)")
+    p.add_argument("--dtype", choices=DTYPES, default="float32", help="torch dtype of HF models")
     p.add_argument("--batch-size", type=validate.positive_int, default=8, help="requests per forward pass")
     p.add_argument("--threads", type=validate.positive_int, default=None, help="torch CPU threads (default: torch's; 1 is fastest "
                    "for tiny models on shared cores)")
@@ -77,14 +82,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true")
     run = p.add_argument_group("--run: measured against predicted")
     run.add_argument("--run", action="store_true", help="also run speculative decoding through the reference rule")
-    run.add_argument("--run-gamma", default="4", help="γ values of the run (default 4)")
+    run.add_argument("--run-gamma", type=_INTS, default=None, help="γ values of the run (default 4)")
     plan = p.add_argument_group("--plan: rank the drafts with the simulator")
     plan.add_argument("--plan", action="store_true")
     plan.add_argument("--plan-target", default=None, help="the target's simulator profile (e.g. llama-3.1-8b)")
     plan.add_argument("--plan-draft", action="append", default=[], metavar="LABEL=PROFILE",
                       help="a measured draft's simulator draft: a model profile, eagle, mtp or ngram (repeatable)")
     plan.add_argument("--plan-gpu", default="h200")
-    plan.add_argument("--plan-batch-size", default="1,8,32,128")
+    plan.add_argument("--plan-batch-size", type=_INTS, default=_INTS.parse("1,8,32,128"))
     plan.add_argument("--plan-requests", type=validate.positive_int, default=200)
     plan.add_argument("--plan-prompt-len", type=validate.positive_int, default=512)
     plan.add_argument("--plan-output-len", type=validate.positive_int, default=256)
@@ -153,10 +158,37 @@ def _check_size(requests: int, drafts, args) -> None:
             f"{physical_memory() / 2**30:,.0f} GiB; lower --samples or --max-new-tokens")
 
 
+def _check_switches(args) -> None:
+    """An option of --run or --plan given without its switch would be silently ignored: refuse it."""
+    defaults = build_parser().parse_args(["--target", "t", "--draft", "d"])
+    for switch, prefix in (("run", "run_"), ("plan", "plan_")):
+        if not getattr(args, switch):
+            given = [k for k in vars(defaults) if k.startswith(prefix) and getattr(args, k) != getattr(defaults, k)]
+            if given:
+                raise MeasurementInputError(f"{', '.join('--' + k.replace('_', '-') for k in given)} "
+                                            f"given without --{switch}, which it belongs to")
+
+
+def _check_torch_options(args, models) -> None:
+    """--device and --dtype place HF models: refuse them where they would do nothing, or cannot."""
+    hf = [m for m in models if type(m).__name__ == "HFLaw"]
+    given = [f"--{k} {getattr(args, k)}" for k, default in (("device", "cpu"), ("dtype", "float32"))
+             if getattr(args, k) != default]
+    if given and not hf:
+        raise MeasurementInputError(f"{' and '.join(given)} {'apply' if len(given) > 1 else 'applies'} only to "
+                                    "HF models, and none is named here")
+    if hf and args.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise MeasurementInputError(f"--device {args.device}: torch sees no CUDA device on this machine")
+
+
 def _prepare(args):
     """Everything checked before any file is written: models, prompts, options, output paths."""
-    gammas = _ints(args.gamma, "--gamma")
-    run_gammas = _ints(args.run_gamma, "--run-gamma") if args.run else ()
+    _check_switches(args)
+    gammas = tuple(sorted(args.gamma))
+    run_gammas = tuple(sorted(args.run_gamma or [4])) if args.run else ()
     target_csv = resolve_csv_target(args.csv, default_name="acceptance.csv")
     if args.plot is None:
         args.plot = importlib.util.find_spec("matplotlib") is not None
@@ -168,6 +200,7 @@ def _prepare(args):
                     args.threads)
     target = load_model(args.target, "target", loader)
     drafts = [load_model(spec, "draft", loader) for spec in args.draft]
+    _check_torch_options(args, [target, *drafts])
     labels = [d.name for d in drafts]
     if len(set(labels)) != len(labels):
         raise MeasurementInputError(f"two drafts share a label ({', '.join(labels)}): name them LABEL=SPEC")
@@ -183,7 +216,7 @@ def _prepare(args):
         if args.plan_target is None:
             raise MeasurementInputError("--plan needs --plan-target, the target's simulator profile (e.g. llama-3.1-8b)")
         plan = PlanSetting(args.plan_gpu, args.plan_target, parse_plan_drafts(args.plan_draft, labels),
-                           _ints(args.plan_batch_size, "--plan-batch-size"), gammas, args.plan_requests,
+                           tuple(sorted(args.plan_batch_size)), gammas, args.plan_requests,
                            args.plan_prompt_len, args.plan_output_len, args.seed)
         announce([config for _, config in configs(plan, None)], "acceptance", flag="--plan-requests")
     return target_csv, target, drafts, requests, gammas, run_gammas, plan
