@@ -241,6 +241,6 @@ def certification(decoder: Decoder | str | None = None, config: CertConfig | Non
     bar = tqdm(items, desc=f"certifying {name}", unit="assertion", disable=not progress, leave=False)
     for check, fixture, position in bar:
         # a new fixture is sampled on its first assertion, which can take a while: name it at once
-        bar.set_postfix_str(fixture.name, refresh=fixture.name != bar.postfix)
+        bar.set_postfix_str(fixture.name, refresh=fixture.name != getattr(bar, "postfix", None))
         session.assertion(check, fixture, position)
     return session
