@@ -94,6 +94,11 @@ CASES = [
     ("compare-missing", ["compare", "missing.jsonl"], 2, "missing.jsonl"),
     ("compare-empty", ["compare", "empty.jsonl"], 2, "not a specgauge probe file"),
     ("compare-garbled", ["compare", "garbled.jsonl"], 2, "not a specgauge probe file"),
+    ("compare-two-modes", ["compare", "empty.jsonl", "--baseline", "garbled.jsonl", "--reference", "."], 2,
+     "choose one with --mode"),
+    ("compare-unused-reference-option", ["compare", "empty.jsonl", "--ref-temperature", "0.5"], 2,
+     "--ref-temperature would be ignored in logprobs mode"),
+    ("compare-mode-needs-baseline", ["compare", "empty.jsonl", "--mode", "two-sample"], 2, "needs --baseline"),
     # acceptance
     ("acceptance-import-raises", [*TOY, "--draft", "raises_at_import:X"], 2, "a missing optional package"),
     ("acceptance-import-errors", [*TOY, "--draft", "errors_at_import:X"], 2, "ZeroDivisionError"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from specgauge.csvio import resolve_csv_target
-from specgauge.errors import ConfigError
+from specgauge.errors import UsageError
 from specgauge.stattests.server.compare import MODES, ServerCertificate, run_mode
 from specgauge.stattests.server.probe import read_probe
 
@@ -38,18 +38,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _mode(args: argparse.Namespace) -> str:
+    """The mode the files given imply; what another mode would ignore is refused, not dropped."""
+    if args.mode is None and args.baseline and args.reference:
+        raise UsageError("--baseline and --reference name two modes: choose one with --mode two-sample or "
+                          "--mode reference")
+    mode = args.mode or ("two-sample" if args.baseline else "reference" if args.reference else "logprobs")
+    unused = [f"--{name.replace('_', '-')}" for name in ("ref_temperature", "ref_top_k", "ref_top_p", "ref_min_p")
+              if getattr(args, name) is not None and mode != "reference"]
+    unused += [flag for flag, value, used in (("--baseline", args.baseline, "two-sample"),
+                                              ("--reference", args.reference, "reference")) if value and mode != used]
+    if unused:
+        raise UsageError(f"{', '.join(unused)} would be ignored in {mode} mode")
+    if mode == "two-sample" and not args.baseline:
+        raise UsageError("--mode two-sample needs --baseline BASELINE.jsonl")
+    if mode == "reference" and not args.reference:
+        raise UsageError("--mode reference needs --reference MODEL_DIR")
+    return mode
+
+
 def certificate(args: argparse.Namespace) -> ServerCertificate:
     """The pure part: read the files, run the mode."""
+    mode = _mode(args)
     candidate = read_probe(args.candidate)
-    mode = args.mode or ("two-sample" if args.baseline else "reference" if args.reference else "logprobs")
     common = {"false_fail_rate": args.false_fail, "target_tv": args.tv}
     if mode == "two-sample":
-        if not args.baseline:
-            raise ConfigError("--mode two-sample needs --baseline BASELINE.jsonl")
         return run_mode(mode, baseline=read_probe(args.baseline), candidate=candidate, **common)
     if mode == "reference":
-        if not args.reference:
-            raise ConfigError("--mode reference needs --reference MODEL_DIR")
         from specgauge.stattests.server.reference import ReferenceModel
 
         params = candidate.header["params"]
