@@ -24,7 +24,10 @@ COLUMNS = ["decoder", "check", "family", "fixture", "position", "n", "statistic"
            "false_fail_rate", "min_detectable_tv", "detectable", "observed", "expected", "verdict", "message"]
 #: What each test's ``min_detectable_tv`` bounds, by test name (the certificate's ``detectable`` column).
 DETECTABLE = {
-    "identity": "GUARANTEE: worst-case TV, detected against every alternative",
+    "identity": ("GUARANTEE: worst-case TV, detected against every alternative with independent rows (the "
+                 "alternative's mean and variance bounded exactly, its lower tail taken as normal; the proven "
+                 "Bernstein-Cantelli figure is in the message; independence is the independence-calls row)"),
+    "dispersion": "not a TV bound: the under-dispersion of counts across blocks of calls detected (see message)",
     "goodness_of_fit": "directional: TV between the pooled bins' distributions",
     "pit_ks": "directional: largest CDF gap along the vocabulary order (mass moved across one prefix)",
     "independence": "TV of the pooled joint from the product of its margins",
@@ -181,7 +184,11 @@ class Certificate:
                      f"{'yes' if v['optimal_acceptance'] else self._why_not_optimal()}")
         rate = f["false_fail_rate"].astype(float)
         guarantee = f["detectable"].astype(str).str.startswith("GUARANTEE")
-        for rows, label in ((guarantee, "guaranteed TV (worst case, every alternative: the rows whose 'detectable' "
+        independence = f[(f["check"] == "independence-calls") & (f["verdict"] != "untested")]
+        assumed = sorted(set(f.loc[guarantee & (f["verdict"] != "untested"), "fixture"]) - set(independence["fixture"]))
+        scope = ("every alternative with independent rows, independence tested at every position"
+                 + (f" (assumed, not tested, on {', '.join(assumed)})" if assumed else ""))
+        for rows, label in ((guarantee, f"guaranteed TV (worst case over {scope}: the rows whose 'detectable' "
                                         "says GUARANTEE; worst position per fixture)"),
                             (f["check"] == "exactness", "directional detectable discrepancy of the other exactness "
                                                         "checks (median over positions; 'detectable' says what each "
