@@ -72,8 +72,8 @@ class SimulationConfig:
         "per-request acceptance; none: the draft kind's default (model 0.8, eagle 0.75, mtp 0.8, ngram 0.7: "
         "placeholders to calibrate)", flag="--alpha", parse=_alpha)
     draft_cost_ratio: float | None = option(None, "fixed draft/target step-time ratio c instead of the draft's own cost")
-    draft_tp: int | None = option(None, "tensor-parallel degree of a draft model (default: the target's; vLLM's "
-                                        "speculative_draft_tensor_parallel_size)")
+    draft_tp: int | None = option(None, "tensor-parallel degree of the draft (default: the target's; vLLM's "
+                                        "draft_tensor_parallel_size); an eagle or mtp head takes 1 or the target's")
     draft_kv_budget: int | None = option(None, "cached tokens a draft model reads per sequence (a StreamingLLM-style "
                                                "sparse-KV draft, as MagicDec's; the target as its own draft then "
                                                "shares its weights); default: all")

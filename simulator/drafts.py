@@ -6,6 +6,8 @@
   hidden states (a fc from 3 x hidden), a 32,000-token LM head, its own one-layer KV.
 - ``mtp``: a multi-token-prediction module: one decoder layer plus a 2 x hidden
   projection, sharing the target's embedding and LM head, reused for every step.
+  A head runs at the target's TP, or at ``draft_tp`` 1 (vLLM's two choices for a head):
+  whole on one GPU, every token's FLOPs and the weights unsplit, no all-reduce.
 - ``ngram``: prompt lookup on the CPU: no GPU memory, a cost that is a fraction of the
   verify pass, and proposals that are often empty.
 
@@ -203,13 +205,15 @@ def build_draft(name: str | None, *, gpu: GPU, target: Model, target_cost: PassC
         return Draft(kind, model.name, dtp, weights, kv, cost, empty)
     if kv_budget is not None:
         raise ConfigError(f"--draft-kv-budget applies to a draft model, not to {kind}")
-    # A head on the target's hidden states runs inside the target's TP group.
-    if draft_tp not in (None, tp):
-        raise ConfigError(f"an {kind} head runs at the target's TP ({tp}); --draft-tp does not apply")
+    # A head on the target's hidden states runs in the target's TP group by default, or alone
+    # on one GPU (vLLM's draft_tensor_parallel_size: 1 or the target's, nothing else).
+    if draft_tp not in (None, 1, tp):
+        raise ConfigError(f"an {kind} head runs at the target's TP ({tp}) or at TP 1, not --draft-tp {draft_tp}")
+    dtp = tp if draft_tp is None else draft_tp
     resident, linear = _head_params(target, kind)
     head_bytes = EAGLE_DRAFT_BYTES if kind == "eagle" else target.dtype_bytes   # an MTP module has the target's
-    kv = target.kv_bytes_per_gpu(tp) * tp / target.layers   # one layer (from_shape and the memory plan split it by tp)
-    fit = load_step_fit(f"{kind}:{target.name}", gpu.name, tp, profiles)
+    kv = target.kv_bytes_per_gpu(dtp) * dtp / target.layers   # one layer (from_shape and the memory plan split it by dtp)
+    fit = load_step_fit(f"{kind}:{target.name}", gpu.name, dtp, profiles)
     if ratio is not None:
         cost = RatioDraft(ratio, target_cost, overhead)
     elif fit is not None and fit.per_round:
@@ -221,8 +225,9 @@ def build_draft(name: str | None, *, gpu: GPU, target: Model, target_cost: PassC
         routed = target.experts_per_token * target.expert_params if moe else 0
         cost = PassDraft(PassCost.from_shape(
             gpu, linear_params=linear, kv_bytes_per_token=kv, attn_flops_per_ctx=4.0 * target.heads * target.head_dim,
-            layers=2, hidden=target.hidden, dtype_bytes=head_bytes, tp=tp, weight_params=linear - routed,
+            layers=2, hidden=target.hidden, dtype_bytes=head_bytes, tp=dtp, weight_params=linear - routed,
             expert_params=target.expert_params if moe else 0.0, moe_layers=int(moe), experts=target.experts if moe else 0,
             experts_per_token=target.experts_per_token if moe else 0,
             measured_experts=target.measured_experts if moe else None))
-    return Draft(kind, f"{kind}:{target.name}", tp, resident * head_bytes / tp, kv / tp, cost, empty)
+    # At TP 1 the head's weights and KV sit whole on one GPU, which bounds the KV blocks of all.
+    return Draft(kind, f"{kind}:{target.name}", dtp, resident * head_bytes / dtp, kv / dtp, cost, empty)
