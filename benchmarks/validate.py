@@ -25,7 +25,7 @@ from specgauge.simulator.cost import PassCost, RoundCost
 
 SPECDECODE, VLLM_BLOG, VLLM_V1, EAGLE3, MAGICDEC = "[1]", "[2]", "[3]", "[4]", "[5]"
 SGLANG_MTP, TRT_NGRAM, TRT_MTP, TRT_R1 = "[6]", "[7]", "[8]", "[9]"
-AMD_MTP, AMD_EAGLE3, SGLANG_CAP = "[10]", "[11]", "[12]"
+AMD_MTP, AMD_EAGLE3, SGLANG_CAP, VLLM_DRAFT_TP = "[10]", "[11]", "[12]", "[13]"
 SOURCES = {
     SPECDECODE: "SpecDecode-Bench, \"Speculative Decoding: Performance or Illusion?\", arXiv 2601.11580, and its "
                 "simulator's predictor.py (github.com/SpecDecode-Bench/simulator): vLLM v0.10.1 on H100",
@@ -75,6 +75,14 @@ SOURCES = {
                 "larger number. The default value is 48 for MTP\" (32 in the spring-2025 version of the page); "
                 "server_args / arg_groups/speculative_hook.py: \"Max running requests is reset to 48 for speculative "
                 "decoding. You can override this by explicitly setting --max-running-requests.\"",
+    VLLM_DRAFT_TP: "vLLM's draft tensor-parallel size for EAGLE heads: SpeculativeConfig._verify_and_get_draft_tp "
+                   "(vllm/config/speculative.py) accepts draft_tensor_parallel_size 1 or the target's and defaults "
+                   "an EAGLE head to the target's; load_eagle_model (vllm/v1/spec_decode) builds the head with the "
+                   "target's vllm_config, and issues vllm-project/vllm #17499 (\"Specifying draft TP does not have "
+                   "any impact\", open) and #31345 (\"draft_tensor_parallel_size ... of the Eagle3 draft model does "
+                   "not take effect\") report the head running at the target's TP whatever is set; the fix, pull "
+                   "request #31705, was closed unmerged (vllm-ascend merged its own, #5519). The V1 EagleProposer "
+                   "runs its passes under piecewise CUDA graphs unless enforce_eager (use_cuda_graph)",
 }
 
 
@@ -267,11 +275,15 @@ MOE_CURVES = {
         note="ShareGPT lengths not published: 256 + 256 tokens assumed"),
     "MiniMax-M2.5 + EAGLE-3 (γ=3), MI355X TP4": dict(
         source=AMD_EAGLE3, config=SimulationConfig(gpu="mi355x", target="minimax-m2.5", draft="eagle", tp=4, gamma=3,
-                                                   prompt_len=1024, output_len=1024),
+                                                   draft_tp=1, prompt_len=1024, output_len=1024),
         # concurrency: (no-spec output tok/s per GPU, speed-up); per-request time a token = c / (4 x tok/s/GPU)
         points={4: (90.4, 1.79), 8: (162.6, 1.71), 16: (282.7, 1.55), 32: (484.8, 1.57), 64: (822.0, 1.38)},
         per_token=lambda c, base: c / (4 * base),
-        note="1024 + 1024 as published; the EAGLE-3 head simulated at the target's TP (the source runs it at TP 1)"),
+        # [13]: vLLM accepts draft TP 1 for an EAGLE head but builds the head in the target's TP group,
+        # so the source's head may have run at TP 4: the curve at the target's TP goes in the last note.
+        also=("the head at the target's TP 4", dict(draft_tp=None)),
+        note="1024 + 1024 as published; the EAGLE-3 head at draft TP 1, as the source states (whole on one GPU, "
+             "its tokens unsplit; [13]: vLLM may have run it at TP 4)"),
     "Kimi-K2.5 + EAGLE-3 (γ=3), MI355X TP4": dict(
         source=AMD_EAGLE3, config=SimulationConfig(gpu="mi355x", target="kimi-k2.5", draft="eagle", tp=4, gamma=3,
                                                    prompt_len=1024, output_len=1024),
@@ -312,23 +324,32 @@ def moe_curve_rows(add, workdir: str = "/tmp") -> list[dict]:
         low = conc[0]
         alpha = calibrate_alpha(replace(fitted, batch_size=low, requests=max(10 * low, 16)), points[low][1])
         prior_alpha = calibrate_alpha(replace(config, batch_size=low, requests=max(10 * low, 16)), points[low][1])
-        simulated, prior = [], []
+        also_label, also_changes = spec.get("also", (None, {}))
+        also_config = replace(fitted, **also_changes)
+        also_alpha = calibrate_alpha(replace(also_config, batch_size=low, requests=max(10 * low, 16)), points[low][1]) \
+            if also_label else None
+        simulated, prior, also = [], [], []
         for c in conc:
             runs = dict(batch_size=c, requests=max(10 * c, 16) if c == low else max(4 * c, 16))
             value = speedup(replace(fitted, **runs), alpha)
             simulated.append(value)
             prior.append(speedup(replace(config, **runs), prior_alpha))
+            if also_label:
+                also.append(speedup(replace(also_config, **runs), also_alpha))
             last = c == conc[-1]
             note = spec["note"] if c == low else (
                 f"datasheet prior alone (α {prior_alpha:.3f} at concurrency {low}): "
-                + ", ".join(f"{p:.2f}" for p in prior) + f" over concurrency {conc[0]}-{conc[-1]}" if last else "")
+                + ", ".join(f"{p:.2f}" for p in prior) + f" over concurrency {conc[0]}-{conc[-1]}"
+                + (f"; {also_label} (α {also_alpha:.3f}): " + ", ".join(f"{p:.2f}" for p in also) if also_label else "")
+                if last else "")
             add(f"speed-up, {name}, concurrency {c}", spec["source"], points[c][1], value,
                 alpha_label(alpha, "calibrated here" if c == low else f"from concurrency {low}") + "; " + how,
                 note, role="calibrated" if c == low else "predicted", curve_end=last)
         measured = [points[c][1] for c in conc]
         summaries.append(dict(curve=name, measured_fall=1 - measured[-1] / measured[0],
                               simulated_fall=1 - simulated[-1] / simulated[0], prior_fall=1 - prior[-1] / prior[0],
-                              end_ratio=simulated[-1] / measured[-1], prior_end_ratio=prior[-1] / measured[-1]))
+                              end_ratio=simulated[-1] / measured[-1], prior_end_ratio=prior[-1] / measured[-1],
+                              also=(also_label, also) if also_label else None))
     return summaries
 
 
@@ -508,7 +529,8 @@ def main(argv: list[str] | None = None) -> int:
     for item in MOE_SUMMARY:
         print(f"fall with load, {item['curve']}: measured {item['measured_fall']:.0%}, simulated "
               f"{item['simulated_fall']:.0%} (highest load at {item['end_ratio']:.3g}x the measured); datasheet prior "
-              f"alone {item['prior_fall']:.0%} ({item['prior_end_ratio']:.3g}x)")
+              f"alone {item['prior_fall']:.0%} ({item['prior_end_ratio']:.3g}x)"
+              + (f"; {item['also'][0]}: " + ", ".join(f"{v:.3g}" for v in item["also"][1]) if item["also"] else ""))
     cases = break_even_cases() + [("Llama-3.1-8B + EAGLE-3, measured acceptance replayed", c, None, "1.29x")
                                   for c in REPLAYED]
     for label, config, alpha, measured in cases:
