@@ -73,6 +73,9 @@ def test_the_checker_ignores_noise_and_catches_a_stale_number():
     stale = run[:-1] + ["1      3    2.26"]                                  # best γ changed: the page is stale
     assert docs.normalise("\n".join(page)) != docs.normalise("\n".join(stale))
     assert docs.normalise("\n".join(page), numbers=False) == docs.normalise("\n".join(stale), numbers=False)
+    simulated = ["TPOT mean 6.01 ms (no spec 17.61)"]                        # simulated times are results, not noise
+    assert docs.normalise(simulated[0]) != docs.normalise("TPOT mean 6.02 ms (no spec 17.61)")
+    assert docs.normalise("23 failed, 6 passed in 22.83s (0:00:22)") == docs.normalise("23 failed, 6 passed in 9.1s")
     renamed = run[:-1] + ["1      5    2.26 extra-column"]                     # a column or check name changed
     assert docs.normalise("\n".join(page), numbers=False) != docs.normalise("\n".join(renamed), numbers=False)
 
