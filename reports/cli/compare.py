@@ -24,6 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--baseline", default=None, help="probe JSONL with speculation off: two-sample mode")
     parser.add_argument("--reference", default=None, metavar="MODEL_DIR",
                         help="local Hugging Face model directory of the served model: reference mode")
+    parser.add_argument("--tokenizer", default=None, metavar="MODEL_DIR",
+                        help="count tokens with this model directory's tokenizer where the server returned text only "
+                             "(default: words; the reference mode counts with the reference's tokenizer)")
     parser.add_argument("--mode", choices=MODES, default=None,
                         help="default: two-sample with --baseline, reference with --reference, else logprobs")
     parser.add_argument("--false-fail", type=rate, default=1e-6, help="total false-fail rate, in (0, 1) (default 1e-6)")
@@ -63,7 +66,12 @@ def certificate(args: argparse.Namespace) -> ServerCertificate:
     candidate = read_probe(args.candidate)
     common = {"false_fail_rate": args.false_fail, "target_tv": args.tv}
     if mode == "two-sample":
-        return run_mode(mode, baseline=read_probe(args.baseline), candidate=candidate, **common)
+        tokenize = None
+        if args.tokenizer:
+            from specgauge.stattests.server.reference import model_tokenizer
+
+            tokenize = model_tokenizer(args.tokenizer)
+        return run_mode(mode, baseline=read_probe(args.baseline), candidate=candidate, tokenize=tokenize, **common)
     if mode == "reference":
         from specgauge.stattests.server.reference import ReferenceModel
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -169,31 +169,40 @@ def _same_notes(baseline: ProbeRun, candidate: ProbeRun) -> list[str]:
 # ---------------------------------------------------------------- sequences
 
 
-def _units(record: dict[str, Any], kind: str) -> list:
+#: Maps a completion's text to the served model's token ids (a tokenizer), for servers that return
+#: text only: positions and lengths are then counted in the model's tokens, not in words.
+Tokenize = Callable[[str], Sequence[int]]
+
+
+def _units(record: dict[str, Any], kind: str, tokenize: Tokenize | None = None) -> list:
     if kind == "ids":
         return list(record["token_ids"])
     if kind == "tokens":
         return list(record["tokens"])
+    if kind == "model tokens":
+        return list(tokenize(record["text"]))
     return record["text"].split()
 
 
-def unit_kind(*runs: ProbeRun) -> str:
-    """The finest token record every run has: server token ids, token strings, or whitespace words."""
+def unit_kind(*runs: ProbeRun, tokenize: Tokenize | None = None) -> str:
+    """The finest token record every run has: server token ids, token strings, the served model's
+    tokens re-counted from the text (with ``tokenize``), or whitespace words."""
     records = [r for run in runs for r in run.records]
     if records and all("token_ids" in r for r in records):
         return "ids"
     if records and all("tokens" in r for r in records):
         return "tokens"
-    return "words"
+    return "model tokens" if tokenize is not None else "words"
 
 
-def encode(runs: list[ProbeRun], length: int, kind: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def encode(runs: list[ProbeRun], length: int, kind: str,
+           tokenize: Tokenize | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(prompt, arm, sequences[N, length]) with tokens mapped to integers, -1 past the end."""
     vocab: dict[Any, int] = {}
     prompt, arm, seqs = [], [], []
     for a, run in enumerate(runs):
         for r in run.records:
-            units = _units(r, kind)[:length]
+            units = _units(r, kind, tokenize)[:length]
             seqs.append([vocab.setdefault(u, len(vocab)) for u in units] + [-1] * (length - len(units)))
             prompt.append(r["p"])
             arm.append(a)
@@ -210,10 +219,10 @@ def _length(run: ProbeRun) -> int:
     return int(run.header["params"]["max_tokens"])
 
 
-def truncation_note(run: ProbeRun, kind: str, name: str = "") -> list[str]:
+def truncation_note(run: ProbeRun, kind: str, name: str = "", tokenize: Tokenize | None = None) -> list[str]:
     """Samples with fewer than L tokens: how many, why, and what the tests did with them."""
     length = _length(run)
-    short = [r for r in run.records if len(_units(r, kind)) < length]
+    short = [r for r in run.records if len(_units(r, kind, tokenize)) < length]
     if not short:
         return []
     capped = sum(r.get("finish") == "length" for r in short)
@@ -277,14 +286,18 @@ def within_request_independence(run: ProbeRun, seqs: np.ndarray, prompt: np.ndar
 
 
 def two_sample(baseline: ProbeRun, candidate: ProbeRun, *, false_fail_rate: float = DEFAULT_FALSE_FAIL,
-               target_tv: float = 0.1) -> ServerCertificate:
-    """Is the candidate (speculation on) drawing from the baseline's (speculation off) law?"""
+               target_tv: float = 0.1, tokenize: Tokenize | None = None) -> ServerCertificate:
+    """Is the candidate (speculation on) drawing from the baseline's (speculation off) law?
+
+    ``tokenize``: the served model's tokenizer, used where the server returns text only, so
+    that positions are the model's tokens and no sample is called short that was not.
+    """
     _require_samples(baseline, "the baseline")
     _require_samples(candidate, "the candidate")
     check_like_for_like(baseline, candidate)
     length = _length(candidate)
-    kind = unit_kind(baseline, candidate)
-    prompt, arm, seqs = encode([baseline, candidate], length, kind)
+    kind = unit_kind(baseline, candidate, tokenize=tokenize)
+    prompt, arm, seqs = encode([baseline, candidate], length, kind, tokenize)
     multi = [a for a, run in enumerate((baseline, candidate)) if run.header.get("capabilities", {}).get("n")]
     rate = false_fail_rate / (length + 1 + len(multi))
     joint = homogeneity(prompt, _rows(seqs), arm, false_fail_rate=rate, test=f"joint_first_{length}_tokens")
@@ -301,8 +314,8 @@ def two_sample(baseline: ProbeRun, candidate: ProbeRun, *, false_fail_rate: floa
     for a in multi:
         rows += _independence_rows((baseline, candidate)[a], seqs[arm == a], prompt[arm == a], rate,
                                    ("baseline", "candidate")[a])
-    notes = _same_notes(baseline, candidate) + truncation_note(baseline, kind, "baseline: ") \
-        + truncation_note(candidate, kind, "candidate: ")
+    notes = _same_notes(baseline, candidate) + truncation_note(baseline, kind, "baseline: ", tokenize) \
+        + truncation_note(candidate, kind, "candidate: ", tokenize)
     return _certificate("two-sample", str(law_params(candidate)["model"]), rows, target_tv, kind, notes)
 
 
@@ -352,7 +365,7 @@ def _position_rows(prompt: np.ndarray, seqs: np.ndarray, cells: np.ndarray, laws
 
 def _one_sample(mode: str, run: ProbeRun, kind: str, prompt: np.ndarray, seqs: np.ndarray, cells: np.ndarray,
                 laws: np.ndarray, pit: np.ndarray, false_fail_rate: float, target_tv: float,
-                notes: list[str]) -> ServerCertificate:
+                notes: list[str], tokenize: Tokenize | None = None) -> ServerCertificate:
     multi = bool(run.header.get("capabilities", {}).get("n"))
     length = seqs.shape[1]
     rate = false_fail_rate / (length + 1 + multi)
@@ -361,7 +374,7 @@ def _one_sample(mode: str, run: ProbeRun, kind: str, prompt: np.ndarray, seqs: n
                           "pit"))
     if multi:
         rows += _independence_rows(run, seqs, prompt, rate)
-    notes = truncation_note(run, kind) + notes
+    notes = truncation_note(run, kind, tokenize=tokenize) + notes
     return _certificate(mode, str(law_params(run)["model"]), rows, target_tv, kind, notes)
 
 
@@ -438,11 +451,13 @@ def one_sample_reference(run: ProbeRun, law: Callable[[ProbeRun], tuple[np.ndarr
     reached = tokens >= 0
     cells = np.where(reached, tokens, 0)
     pit = _pit(cells, probs, reached, seed)
-    kind = "ids" if unit_kind(run) == "ids" else "words"
+    tokenize = getattr(law, "tokenize", None)  # a reference model counts in its own tokens
+    kind = "ids" if unit_kind(run) == "ids" else "model tokens" if tokenize else "words"
     left_out = len(run.records) - len(prompt)
     notes = [f"{left_out} of {len(run.records)} samples left out: their text re-tokenises differently from how "
              "it was sampled"] if left_out else []
-    return _one_sample("reference", run, kind, prompt, tokens, cells, probs, pit, false_fail_rate, target_tv, notes)
+    return _one_sample("reference", run, kind, prompt, tokens, cells, probs, pit, false_fail_rate, target_tv, notes,
+                       tokenize)
 
 
 def run_mode(mode: str, **kwargs) -> ServerCertificate:

@@ -12,7 +12,9 @@ differently from how it was generated, and such samples are counted and left out
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -37,6 +39,24 @@ class ReferenceModel:
 
     def __call__(self, run: ProbeRun) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return teacher_forced_law(self, run)
+
+    def tokenize(self, text: str) -> list[int]:
+        """A completion's text in the model's token ids (how a text-only server's samples are counted)."""
+        return model_tokenizer(self.path)(text)
+
+
+@lru_cache(maxsize=4)
+def model_tokenizer(path: str) -> Callable[[str], list[int]]:
+    """``text -> token ids`` with the tokenizer in model directory ``path`` (no special tokens added)."""
+    if not (Path(path) / "config.json").is_file() and not (Path(path) / "tokenizer.json").is_file():
+        raise ConfigError(f"no tokenizer in {path!r}: a Hugging Face model directory is needed")
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as exc:
+        raise ConfigError(f"counting tokens with a model's tokenizer needs transformers: pip install "
+                          f"'specgauge[hf]' ({exc})") from None
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return lambda text: list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def _load(path: str):
