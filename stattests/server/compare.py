@@ -226,8 +226,12 @@ def truncation_note(run: ProbeRun, kind: str, name: str = "", tokenize: Tokenize
     if not short:
         return []
     capped = sum(r.get("finish") == "length" for r in short)
-    why = (f"{capped} with finish_reason 'length': the server capped them below max_tokens {length}; "
-           if capped else "")
+    if capped and kind in ("words", "model tokens"):  # the server counted max_tokens of its own tokens
+        why = (f"{capped} with finish_reason 'length': the server generated max_tokens {length} of its tokens "
+               f"but the text counts fewer {kind} (it re-tokenises differently), so they were not capped; ")
+    else:
+        why = (f"{capped} with finish_reason 'length': the server capped them below max_tokens {length}; "
+               if capped else "")
     return [f"{name}{len(short)} of {len(run.records)} samples cut short (fewer than {length} tokens; {why}"
             f"the rest stopped early); each position is tested on the samples that reach it, and "
             f"positions no sample reaches are untested"]

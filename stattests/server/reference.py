@@ -96,8 +96,10 @@ def teacher_forced_law(ref: ReferenceModel, run: ProbeRun) -> tuple[np.ndarray, 
     chat = run.header["params"]["endpoint"] == "chat"
     prompt_ids = []
     for text in run.header["prompts"]:
-        if chat:
-            ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
+        if chat:  # rendered, then tokenised: transformers 5 returns a BatchEncoding when it tokenises itself
+            rendered = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                                     tokenize=False)
+            ids = tokenizer(rendered, add_special_tokens=False)["input_ids"]
         else:
             ids = tokenizer(text, add_special_tokens=ref.add_special_tokens)["input_ids"]
         prompt_ids.append(list(ids))
