@@ -17,8 +17,8 @@ followed by what it printed (stdout and stderr in order, progress bars left out)
 ``--apply`` here regenerate the pages from that commit's code alone.)
 
 ``tests/test_doc_outputs.py`` runs the same comparison: times, rates and temporary paths
-never count; an example whose numbers come from a nondeterministic run (a server's
-sampling, a wall clock) compares its words and columns only (``numbers=False``). To add
+never count; an example whose run cannot repeat its numbers may compare its words and
+columns only (``numbers=False``). To add
 an example: put the marker and an empty fenced block in the page, add one ``Example``.
 """
 
@@ -82,17 +82,17 @@ EXAMPLES: tuple[Example, ...] = (
     Example("certify-seed", "README.md", ("specgauge certify --fixture seed-six-token",), slow=True),
     Example("plan-default", "README.md", ("specgauge plan",), slow=True),
     Example("server-fake", "docs/server.md", (
-        "specgauge probe http://127.0.0.1:8765 -L 3 --samples 1000 --top-logprobs 5 --out off.jsonl",
-        "specgauge probe http://127.0.0.1:8766 -L 3 --samples 1000 --top-logprobs 5 --out on.jsonl",
+        "specgauge probe http://127.0.0.1:8765 -L 3 --samples 1000 --top-logprobs 5 --concurrency 1 --out off.jsonl",
+        "specgauge probe http://127.0.0.1:8766 -L 3 --samples 1000 --top-logprobs 5 --concurrency 1 --out on.jsonl",
         "specgauge compare on.jsonl --baseline off.jsonl",
-        "specgauge probe http://127.0.0.1:8767 -L 3 --samples 1000 --top-logprobs 5 --out cold.jsonl",
+        "specgauge probe http://127.0.0.1:8767 -L 3 --samples 1000 --top-logprobs 5 --concurrency 1 --out cold.jsonl",
         "specgauge compare cold.jsonl --baseline off.jsonl"),
         servers=((8765, f"{FAKE} 8765"), (8766, f"{FAKE} 8766 --rule exact"),
-                 (8767, f"{FAKE} 8767 --sample-temperature-factor 0.8")), exit_codes=(0, 1), slow=True, numbers=False),
+                 (8767, f"{FAKE} 8767 --sample-temperature-factor 0.8")), exit_codes=(0, 1), slow=True),
     Example("server-fake-logprobs", "docs/server.md", (
-        "specgauge probe http://127.0.0.1:18765 --samples 700 --top-logprobs 5 --concurrency 16 --out fake.jsonl",
+        "specgauge probe http://127.0.0.1:18765 --samples 700 --top-logprobs 5 --concurrency 1 --out fake.jsonl",
         "specgauge compare fake.jsonl --csv fake_cert.csv"),
-        servers=((18765, f"{FAKE} 18765"),), slow=True, numbers=False),
+        servers=((18765, f"{FAKE} 18765"),), slow=True),
     Example("acceptance-readme", "README.md", (
         "specgauge acceptance --target tiny/target --draft flat=tiny/flat --draft ngram --prompts prompts.jsonl "
         "--samples 8 --max-new-tokens 48 --gamma 1,2,4 --threads 1 --plan --plan-target llama-3.1-8b "

@@ -2,12 +2,13 @@
 
 Each block of output in the manual sits under a marker ``<!-- output: NAME -->`` and is
 written by ``scripts/regenerate-docs.py`` from the real commands; here each example runs
-again and its block must match, times, rates and temporary paths aside (and, for a run
-whose numbers come from a server's sampling, its numbers too: the words, columns, check
-names and verdicts still count). The fast examples (simulate, calibrate: about 10 s
-together) run in the default tier; certify, plan's default scenario, the servers, the
-measured acceptance and the gate's failing run are slow (about 4 minutes). The checker
-is shown to catch a stale number and to ignore noise before any page is trusted to it.
+again and its block must match, wall times, rates and temporary paths aside (an example
+whose run cannot repeat its numbers may compare words, columns, check names and verdicts
+only; none needs to today: the fake servers are probed one request at a time). The fast
+examples (simulate, calibrate: about 10 s together) run in the default tier; certify,
+plan's default scenario, the fake servers, the measured acceptance and the gate's failing
+run are slow (about 6 minutes on a loaded 2-core machine). The checker is shown to catch
+a stale number and to ignore noise before any page is trusted to it.
 """
 
 from __future__ import annotations
