@@ -5,6 +5,7 @@ Used by ``pytest stattests`` (one test item per assertion) and ``specgauge certi
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from types import MappingProxyType
@@ -22,7 +23,7 @@ from specgauge.stattests.core.certificate import (  # noqa: F401  (re-exported: 
     COLUMNS, DEFAULT_FALSE_FAIL, DETECTABLE, FAMILIES, Certificate, Rates, assert_certified, certificate_row, failure,
     record, verdict)
 from specgauge.stattests.core.contract import Decoder, decoder_name, load_decoder
-from specgauge.stattests.chain.harness import FixtureRun, RunConfig, rows_for, run_fixture
+from specgauge.stattests.chain.harness import FixtureRun, RunConfig, emission_probability, rows_for, run_fixture
 from specgauge.stattests.core.identity import min_num_samples_for_identity_test
 from specgauge.stattests.chain.sequences import SEQUENCE_CASES, SequenceCase, SequenceRun, run_sequence_case, sequence_sample_size
 from specgauge.stattests.core.statistics import (TestResult, itemwise_error_rate, min_num_samples_for_goodness_of_fit,
@@ -137,12 +138,16 @@ class CertConfig:
                 tv, p, false_fail_rate=rate, false_pass_rate=self.false_pass) for p in fixture.target))
             # wider vocabularies reach their byte budget first; small-batch fixtures pay per call
             # (thousands of 1-12-row calls) and keep the chi-square's size: their guarantee is 0.05-0.06
-            if fixture.vocab_size <= IDENTITY_SIZED_VOCAB and not fixture.call_rows:
-                needed = max(needed, *(min_num_samples_for_identity_test(
-                    tv, p, false_fail_rate=rate, false_pass_rate=self.false_pass) for p in fixture.target[:1]))
         # the slow tier streams in bounded memory (chunk_bytes a call): time-bound, not memory-bound
         max_bytes = 2**62 if fixture.slow else int(self.max_bytes * fixture.byte_share)
-        return rows_for(fixture, needed, self.max_rows, max_bytes)
+        rows = rows_for(fixture, needed, self.max_rows, max_bytes)
+        if fixture.context_free and fixture.vocab_size <= IDENTITY_SIZED_VOCAB and not fixture.call_rows:
+            # the worst-case guarantee at every emitted position, the rarest (the bonus) included
+            reach = emission_probability(fixture)
+            worst = max(min_num_samples_for_identity_test(tv, p, false_fail_rate=rate, false_pass_rate=self.false_pass)
+                        / max(float(r), 1e-300) for p, r in zip(fixture.target, reach) if r > 0)
+            rows = max(rows, rows_for(fixture, math.ceil(worst), self.max_rows, max_bytes, reach=1.0))
+        return rows
 
     def sequences(self, case: SequenceCase) -> int:
         return sequence_sample_size(case, max(self.tv_for(case.name), case.tv_floor), self.per_assertion)

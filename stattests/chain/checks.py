@@ -78,15 +78,66 @@ def exactness(run: FixtureRun, rates: Rates) -> dict[int | None, TestResult]:
     return out
 
 
+#: Worst-case TVs the identity rows say the cost of, where their own figure is coarser.
+GUARANTEE_LADDER = (0.3, 0.1, 0.05, 0.01, 0.005)
+#: Decoder input the harness and the NumPy reference get through per CPU-second on the 152k
+#: fixture (0.95 GB measured on the project's 2-core machine: 160 rows, 2.14 GB, 2.25 CPU-s;
+#: benchmarks/bench_sample_complexity.py measures it again): what the rows a finer
+#: guarantee needs would take in time. A constant, so a certificate never depends on the clock.
+REFERENCE_BYTES_PER_SECOND = 0.95e9
+
+
+def _emissions_for(target: float, p: np.ndarray, n: int, stated: float, rates: Rates) -> int:
+    """Emissions at which the identity figure reaches ``target``, from the n it has: the
+    figure falls about as 1/√n, so n (figure / target)², corrected by the planning figure
+    there until within 10 % (at most four evaluations: a certificate line, not a search)."""
+    from specgauge.stattests.core.identity import min_discrepancy_of_identity_test
+
+    m, figure = max(n, 2), stated if math.isfinite(stated) else 4.0
+    for _ in range(4):
+        m = max(2, math.ceil(m * min(figure / target, 100.0) ** 2))
+        figure = min_discrepancy_of_identity_test(m, p, false_fail_rate=rates.false_fail,
+                                                  false_pass_rate=rates.false_pass)
+        if target * 0.9 <= figure <= target:
+            break
+        figure = figure if math.isfinite(figure) else 4 * target
+    return m
+
+
+def guarantee_cost(fixture: PairFixture, k: int, stated: float, rates: Rates, n: int = 0) -> str:
+    """What the next finer rung of :data:`GUARANTEE_LADDER` below ``stated`` would take at
+    position k: emissions, rows (at that position's emission probability), bytes of decoder
+    input (8 (2γ + 1) V a row) and time at :data:`REFERENCE_BYTES_PER_SECOND`; '' when the
+    figure is already at the finest rung."""
+    from specgauge.stattests.chain.harness import emission_probability
+
+    target = next((t for t in GUARANTEE_LADDER if t < stated), None)
+    reach = float(emission_probability(fixture)[k])
+    if target is None or reach <= 0:
+        return ""
+    needed = _emissions_for(target, fixture.target[k], n or 2, stated, rates)
+    rows = math.ceil(needed / reach)
+    size = rows * 8.0 * (2 * fixture.gamma + 1) * fixture.vocab_size
+    return (f"; TV {target:g} here needs about {needed:,} emissions: {rows:,} rows, {size / 1e9:,.3g} GB of decoder "
+            f"input, about {size / REFERENCE_BYTES_PER_SECOND / 60:,.2g} CPU-minutes for the NumPy reference")
+
+
 def identity(run: FixtureRun, rates: Rates) -> dict[int | None, TestResult]:
     """Tokens at position k, given it is emitted, are p_k's: an identity test whose
-    detectable TV holds against every alternative (the certificate's guarantee)."""
+    detectable TV holds against every alternative with independent rows (the certificate's
+    guarantee; ``independence-calls`` tests the independence). At the rarest position (the
+    bonus) the message also says what the next finer guarantee would take."""
     fx = run.fixture
     out = {}
     for k in range(fx.gamma + 1):
         counts = np.bincount(_emitted_at(run, k), minlength=fx.vocab_size)
-        out[k] = identity_test(counts, fx.target[k], false_fail_rate=rates.false_fail,
-                               false_pass_rate=rates.false_pass, seed=run.seed)
+        r = identity_test(counts, fx.target[k], false_fail_rate=rates.false_fail,
+                          false_pass_rate=rates.false_pass, seed=run.seed)
+        if k == fx.gamma and r.n and "message" in r.details:
+            cost = guarantee_cost(fx, k, r.min_detectable_tv, rates, r.n)
+            r = TestResult(r.test, r.statistic, r.pvalue, r.n, r.false_fail_rate, r.min_detectable_tv, r.df,
+                           {**r.details, "message": r.details["message"] + cost})
+        out[k] = r
     return out
 
 

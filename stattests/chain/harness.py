@@ -217,9 +217,12 @@ def emission_probability(fixture: PairFixture) -> np.ndarray:
     return np.concatenate([[1.0], np.cumprod(alpha)])
 
 
-def rows_for(fixture: PairFixture, samples_needed: int, max_rows: int, max_bytes: int) -> int:
-    """Rows to run so the positions emitted at least half the time see ``samples_needed``
-    emissions each, within the row and memory budgets (rarer positions report what they reach)."""
-    reach = max(float(emission_probability(fixture)[-1]), 0.5)
+def rows_for(fixture: PairFixture, samples_needed: int, max_rows: int, max_bytes: int,
+             reach: float | None = None) -> int:
+    """Rows to run so the positions emitted at least half the time (or with probability
+    ``reach``) see ``samples_needed`` emissions each, within the row and memory budgets
+    (rarer positions report what they reach)."""
+    if reach is None:
+        reach = max(float(emission_probability(fixture)[-1]), 0.5)
     by_memory = max_bytes // (8 * (2 * fixture.gamma + 1) * fixture.vocab_size)
     return int(max(1, min(math.ceil(samples_needed / reach), max_rows, by_memory)))

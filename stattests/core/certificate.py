@@ -196,7 +196,7 @@ class Certificate:
             dist = f[rows & (f["verdict"] != "untested")]
             by_fixture = dist.groupby("fixture")["min_detectable_tv"]
             reached = (by_fixture.max() if rows is guarantee else by_fixture.median()).astype(float)
-            finite = reached[np.isfinite(reached)]
+            finite = reached[np.isfinite(reached) & (reached < 1)] if rows is guarantee else reached[np.isfinite(reached)]
             if not finite.empty:
                 blind = sorted(set(reached.index) - set(finite.index))
                 lines.append(f"  {label}: {finite.min():.3g} ({finite.idxmin()}) to {finite.max():.3g} "

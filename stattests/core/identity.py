@@ -549,22 +549,33 @@ def min_discrepancy_of_identity_test(n: int, probs: np.ndarray, *, false_fail_ra
 
 
 def min_num_samples_for_identity_test(tv: float, probs: np.ndarray, *, false_fail_rate: float = DEFAULT_FALSE_FAIL,
-                                      false_pass_rate: float = DEFAULT_FALSE_PASS, proven: bool = False) -> int:
+                                      false_pass_rate: float = DEFAULT_FALSE_PASS, proven: bool = False,
+                                      tolerance: float = 0.01) -> int:
     """Draws :func:`identity_test` needs to detect every alternative at ``tv``: about
-    ‖p^(−max)_(−tv)‖_(2/3) / tv² (√V/tv² when p is uniform), O(log 1/false_fail_rate)."""
+    ‖p^(−max)_(−tv)‖_(2/3) / tv² (√V/tv² when p is uniform), O(log 1/false_fail_rate);
+    found to within ``tolerance`` (relative), rounded up."""
     if not 0 < tv < 1:
         raise InvalidDistributionError(f"tv must lie in (0, 1), got {tv!r}")
+    p = validate_probs(probs)
+    _, ps = _sorted(p[p > 0])
+    return _samples_for(float(tv), ps.tobytes(), float(false_fail_rate), float(false_pass_rate), bool(proven),
+                        float(tolerance))
+
+
+@lru_cache(maxsize=256)
+def _samples_for(tv: float, key: bytes, rate: float, beta: float, proven: bool, tolerance: float) -> int:
+    """Cached per sorted p: positions whose p is a relabelling of another's share it."""
+    p = np.frombuffer(key, dtype=np.float64)
 
     def reached(m: int) -> float:
-        return min_discrepancy_of_identity_test(m, probs, false_fail_rate=false_fail_rate,
-                                                false_pass_rate=false_pass_rate, proven=proven)
+        return min_discrepancy_of_identity_test(m, p, false_fail_rate=rate, false_pass_rate=beta, proven=proven)
 
     lo, hi = 1, 64
     while reached(hi) > tv:
         lo, hi = hi, hi * 2
         if hi > 2**40:
             return hi
-    while hi - lo > max(1, lo // 100):  # to one percent
+    while hi - lo > max(1, int(lo * tolerance)):
         mid = (lo + hi) // 2
         if reached(mid) > tv:
             lo = mid
