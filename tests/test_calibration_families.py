@@ -26,6 +26,7 @@ import pytest
 from scipy import stats
 
 from specgauge.fixtures.pairs import FIXTURES
+from specgauge.fixtures.real_laws import fixtures as real_law_fixtures
 from specgauge.stattests.chain.certify import SEQUENCE_CASES, CertConfig, certify
 from specgauge.stattests.core.reference import NumpyDecoder
 from specgauge.stattests.chain.checks import PAIRWISE_CALL_ROWS
@@ -324,9 +325,10 @@ def test_reference_certifications_fail_at_most_at_the_declared_rate(name, checks
 #: Every context-free fixture shape of the default tier at position 0 and at its rarest
 #: position (the bonus): a few in the default tier, the rest in the slow tier.
 _FAST_CALIBRATION = {("seed-six-token", 4), ("batch8-g8", 8), ("zipf-1k-tv0.05", 0)}
+_PAIRS = {**FIXTURES, **{f.name: f for f in real_law_fixtures()}}  # SmolLM2's real laws too
 IDENTITY_CALIBRATION = [
     (name, k) if (name, k) in _FAST_CALIBRATION else pytest.param(name, k, marks=pytest.mark.slow)
-    for name, f in FIXTURES.items() if f.context_free and not f.greedy and not f.slow
+    for name, f in _PAIRS.items() if f.context_free and not f.greedy and not f.slow
     for k in sorted({0, f.gamma})]
 
 
@@ -339,8 +341,8 @@ def test_identity_is_calibrated_on_every_fixture_shape(name, k):
     certification gives."""
     from specgauge.stattests.core.identity import identity_test
 
-    f = FIXTURES[name]
-    n = int(rows(name) * emission_probability(f)[k])
+    f = _PAIRS[name]
+    n = int(CONFIG.rows(f) * emission_probability(f)[k])
     rng = np.random.default_rng([53, k, len(name)])
     reps = 2000 if f.vocab_size <= 1000 else 1000
     pvalues = [identity_test(multinomial_counts(n, f.target[k], rng), f.target[k],
@@ -351,7 +353,7 @@ def test_identity_is_calibrated_on_every_fixture_shape(name, k):
 _FAST_TAIL = {("seed-six-token", 0), ("batch1-g5", 5)}
 IDENTITY_TAIL = [
     (name, k) if (name, k) in _FAST_TAIL else pytest.param(name, k, marks=pytest.mark.slow)
-    for name, f in FIXTURES.items() if f.context_free and not f.greedy and not f.slow
+    for name, f in _PAIRS.items() if f.context_free and not f.greedy and not f.slow
     for k in sorted({0, f.gamma})]
 
 
@@ -362,9 +364,9 @@ def test_identity_critical_value_holds_deep_in_the_tail(name, k):
     no more often than declared (one-sided binomial)."""
     from specgauge.stattests.core.identity import _simulate, split_for
 
-    f = FIXTURES[name]
+    f = _PAIRS[name]
     p = f.target[k]
-    n = int(rows(name) * emission_probability(f)[k])
+    n = int(CONFIG.rows(f) * emission_probability(f)[k])
     split, law, _ = split_for(n, p, false_fail_rate=CONFIG.per_assertion)
     if law.sd <= 0:
         pytest.skip(f"{name} position {k}: the middle is empty")

@@ -23,6 +23,7 @@ import pytest
 from scipy import stats
 
 from specgauge.fixtures.pairs import FIXTURES
+from specgauge.fixtures.real_laws import fixtures as real_law_fixtures
 from specgauge.fixtures.toy_lm import load_toy_lm
 from specgauge.stattests.chain.certify import SEQUENCE_CASES, CertConfig
 from specgauge.stattests.chain.harness import emission_probability
@@ -149,9 +150,10 @@ _SLOW = pytest.mark.slow
 #: Every context-free fixture shape of the default tier at its rarest position (the bonus)
 #: and at position 0; a few run in the default tier, the rest in the slow tier.
 _FAST_SHAPES = {("seed-six-token", 0), ("zipf-1k-tv0.05", 0), ("batch1-g5", 5)}
+_PAIRS = {**FIXTURES, **{f.name: f for f in real_law_fixtures()}}  # SmolLM2's real laws too
 IDENTITY_SHAPES = [
     (name, k) if (name, k) in _FAST_SHAPES else pytest.param(name, k, marks=_SLOW)
-    for name, f in FIXTURES.items() if f.context_free and not f.greedy and not f.slow
+    for name, f in _PAIRS.items() if f.context_free and not f.greedy and not f.slow
     for k in sorted({0, f.gamma})]
 
 
@@ -301,7 +303,7 @@ def identity_directions(p: np.ndarray, n: int, tv: float, rng: np.random.Generat
 def test_identity_guarantee_holds_in_the_hardest_directions(name, k):
     from specgauge.stattests.core.identity import identity_test
 
-    f = FIXTURES[name]
+    f = _PAIRS[name]
     p = f.target[k]
     n = int(CONFIG.rows(f) * emission_probability(f)[k])
     rng = np.random.default_rng([17, k, len(name)])
