@@ -106,19 +106,49 @@ class _ContextFreeTables:
 
 def run_fixture(decoder: Decoder, fixture: PairFixture, config: RunConfig) -> FixtureRun:
     """Verify ``config.rows`` rounds of ``fixture`` with ``decoder``."""
-    g, vocab = fixture.gamma, fixture.vocab_size
-    batch_rng, draft_rng, decoder_rng, pit_rng = (
-        np.random.default_rng(s) for s in fixture_seed(config.seed, fixture).spawn(4))
-    tables = _ContextFreeTables(fixture) if fixture.context_free else None
+    rngs = tuple(np.random.default_rng(s) for s in fixture_seed(config.seed, fixture).spawn(4))
     repro_error = _reproducibility_error(decoder, fixture, fixture_seed(config.seed + 1, fixture), config.timeout)
     error = repro_error if repro_error and repro_error.startswith("verify raised") else None
-    rows = min(config.rows, GREEDY_ROWS) if fixture.greedy else config.rows
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("lengths", "tokens", "pit_id", "pit_ratio", "alpha")}
-    mismatches, example = 0, ""
-    step = chunk_rows(fixture, config.chunk_bytes)
-    if not fixture.call_rows:  # many calls, never one big one: calls are what the row tests compare
+    rows = fixture_rows(fixture, config.rows)
+    step = call_step(fixture, rows, config.chunk_bytes)
+    part = verify_rows(decoder, fixture, 0 if error else rows, step, rngs, config.timeout)
+    return assemble_run(fixture, [part], step, error or part.error, repro_error, config.seed)
+
+
+def fixture_rows(fixture: PairFixture, rows: int) -> int:
+    """Rows a run makes of the ``rows`` asked: greedy fixtures are checked exactly, on at most GREEDY_ROWS."""
+    return min(rows, GREEDY_ROWS) if fixture.greedy else rows
+
+
+def call_step(fixture: PairFixture, rows: int, chunk_bytes: int) -> int:
+    """Rows per verify call of a run of ``rows``: the fixture's batch, else what a chunk holds,
+    split over at least MIN_CALLS calls (calls are what the row tests compare)."""
+    step = chunk_rows(fixture, chunk_bytes)
+    if not fixture.call_rows:
         step = min(step, max(1, -(-rows // MIN_CALLS)))
-    done = calls = 0
+    return step
+
+
+@dataclass(frozen=True, eq=False)
+class RowsPart:
+    """What a stretch of verify calls leaves for the checks (up to its first failure)."""
+
+    arrays: dict  # lengths, tokens, pit_id, pit_ratio, alpha: one array each (empty lists become empty arrays)
+    greedy_mismatches: int
+    greedy_example: str
+    error: str | None
+
+
+def verify_rows(decoder: Decoder, fixture: PairFixture, rows: int, step: int, rngs: tuple,
+                timeout: float | None, first_call: int = 1) -> RowsPart:
+    """Verify ``rows`` rounds in calls of ``step`` rows, drawing inputs, decoder seeds and PIT
+    jitter from ``rngs`` (batch, draft, decoder, pit); calls are numbered from ``first_call``."""
+    g, vocab = fixture.gamma, fixture.vocab_size
+    batch_rng, draft_rng, decoder_rng, pit_rng = rngs
+    tables = _ContextFreeTables(fixture) if fixture.context_free else None
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("lengths", "tokens", "pit_id", "pit_ratio", "alpha")}
+    mismatches, example, error = 0, "", None
+    done, calls = 0, first_call - 1
     while done < rows and error is None:
         m = min(step, rows - done)
         target, draft = fixture.batch(m, batch_rng)
@@ -126,7 +156,7 @@ def run_fixture(decoder: Decoder, fixture: PairFixture, config: RunConfig) -> Fi
         inputs = (np.array(target), np.array(draft), draft_tokens.copy())
         calls += 1
         try:
-            emitted = call_with_deadline(decoder.verify, (*inputs, decoder_rng), config.timeout,
+            emitted = call_with_deadline(decoder.verify, (*inputs, decoder_rng), timeout,
                                          f"verify call {calls} ({m} rows) on {fixture.name}")
         except CallTimeout as exc:
             error = f"contract violation: {exc}"
@@ -168,10 +198,21 @@ def run_fixture(decoder: Decoder, fixture: PairFixture, config: RunConfig) -> Fi
         done += m
     n = sum(len(x) for x in parts["lengths"])
     arrays = {k: (np.concatenate(v) if v else np.full((n,) + _shape(k, g), np.nan)) for k, v in parts.items()}
-    alpha = np.broadcast_to(fixture.acceptance(), (n, g)) if tables is not None else arrays["alpha"]
+    return RowsPart(arrays, mismatches, example, error)
+
+
+def assemble_run(fixture: PairFixture, parts: list[RowsPart], step: int, error: str | None,
+                 repro_error: str | None, seed: int) -> FixtureRun:
+    """One run from its parts in order: what a whole run, or the merge of its shards, hands the checks."""
+    g = fixture.gamma
+    arrays = {k: (parts[0].arrays[k] if len(parts) == 1 else np.concatenate([p.arrays[k] for p in parts]))
+              for k in parts[0].arrays}
+    n = len(arrays["lengths"])
+    alpha = np.broadcast_to(fixture.acceptance(), (n, g)) if fixture.context_free else arrays["alpha"]
+    example = next((p.greedy_example for p in parts if p.greedy_example), "")
     return FixtureRun(fixture, n, arrays["lengths"].astype(np.int64), arrays["tokens"].astype(np.int64),
-                      arrays["pit_id"], arrays["pit_ratio"], alpha, mismatches, example, step, error,
-                      None if error else repro_error, config.seed)
+                      arrays["pit_id"], arrays["pit_ratio"], alpha, sum(p.greedy_mismatches for p in parts), example,
+                      step, error, None if error else repro_error, seed)
 
 
 def _reproducibility_error(decoder: Decoder, fixture: PairFixture, seed: np.random.SeedSequence,
