@@ -32,6 +32,7 @@ def _session(config: pytest.Config):
             decoder = load_decoder(spec)
             slow = config.getoption("specgauge_slow")
             cert = decoder_config(decoder, config.getoption("specgauge_tv") or None,
+                                  config.getoption("specgauge_guarantee", None),
                                   false_fail=config.getoption("specgauge_false_fail"),
                                   seed=config.getoption("specgauge_seed"), assertions=plan_size(slow),
                                   timeout=config.getoption("specgauge_timeout"))

@@ -2,7 +2,7 @@
 
 Registered under ``pytest11``. In the manner of hypothesis's plugin it imports nothing
 heavy and registers only prefixed options (``--specgauge-decoder``, ``--specgauge-tv``,
-``--specgauge-false-fail``, ``--specgauge-seed``, ``--specgauge-certificate``,
+``--specgauge-false-fail``, ``--specgauge-guarantee``, ``--specgauge-seed``, ``--specgauge-certificate``,
 ``--specgauge-timeout``, ``--specgauge-slow``, and the server URLs
 ``--specgauge-server-url`` / ``--specgauge-baseline-url``). The
 fixtures and the parametrisation of the certification suite live in the suite's own
@@ -48,6 +48,9 @@ def pytest_addoption(parser) -> None:
     group.addoption("--specgauge-tv", type=tv_type, default=None, metavar="TV",
                     help="total-variation discrepancy that must be detectable; sets the sample sizes "
                          "(default 0.005, or the coarser TVs a slow decoder declares, per fixture)")
+    group.addoption("--specgauge-guarantee", type=tv_type, default=None, metavar="TV",
+                    help="size each fixture's rows for this worst-case TV at its rarest emitted position (the "
+                         "identity rows' guarantee), and the directional checks for it unless --specgauge-tv is given")
     group.addoption("--specgauge-false-fail", type=_kind("false_fail"), default=1e-4, metavar="RATE",
                     help="family-wise false-fail rate: the chance that an exact decoder fails any assertion of "
                          "the suite; each assertion gets its Bonferroni share (default 1e-4)")
@@ -78,7 +81,8 @@ def pytest_configure(config) -> None:
     is missing is not refused here: its tests skip, naming the package."""
     path = config.getoption("specgauge_certificate", None)
     spec = decoder_spec(config)
-    if not (path or spec):
+    guarantee = config.getoption("specgauge_guarantee", None)
+    if not (path or spec or guarantee):
         return
     import pytest
 
@@ -95,8 +99,31 @@ def pytest_configure(config) -> None:
             resolve_csv_target(path, "certificate.csv", flag="--specgauge-certificate")
         if spec:
             check_decoder_spec(spec)
+        if guarantee is not None and not hasattr(config, "workerinput"):
+            sized_estimate(config, guarantee)
     except SpecgaugeError as exc:
         raise pytest.UsageError(" ".join(str(exc).split())) from None
+
+
+def sized_estimate(config, guarantee: float) -> None:
+    """Print the rows, bytes and time a ``--specgauge-guarantee`` run will take, before any
+    test runs, and refuse (one line) what this machine cannot hold."""
+    import sys
+
+    from specgauge.stattests.chain.certify import CertConfig, plan_size
+    from specgauge.stattests.chain.checks import CHECKS
+    from specgauge.stattests.chain.shards import refuse_unholdable, sized_plan
+
+    slow = bool(config.getoption("specgauge_slow", False))  # as the suite's conftest sizes it
+    tv = config.getoption("specgauge_tv", None)
+    cert = CertConfig(tv=tv or guarantee, guarantee=guarantee, false_fail=config.getoption("specgauge_false_fail"),
+                      assertions=plan_size(slow))
+    _, pairs, _, est = sized_plan(cert, slow=slow)
+    refuse_unholdable(est, None)
+    asked = {f.name: guarantee for f in pairs if CHECKS["identity"].applies(f)}
+    workers = getattr(config.option, "numprocesses", None)
+    for line in est.lines(workers if isinstance(workers, int) and workers > 0 else 1, asked):
+        print(f"specgauge: {line}", file=sys.stderr)
 
 
 def check_decoder_spec(spec: str) -> None:

@@ -13,6 +13,8 @@ from specgauge.stattests.core.contract import decoder_name, load_decoder
 from specgauge.stattests.chain.checks import CHECKS
 from specgauge.csvio import resolve_csv_target
 from specgauge.stattests.chain.certify import certification, sizing_note
+from specgauge.stattests.chain.shards import ShardError
+from specgauge.reports.sweeps.executors import SweepOptions, add_sweep_options, options_from_args
 from specgauge.stattests.chain.figures import check_plotting, figures_note, plot_certificate
 
 from .console import say
@@ -43,6 +45,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--fixture", action="append", choices=list(ALL_FIXTURES), help="only these fixtures (repeatable)")
     parser.add_argument("--csv", type=validate.OutputPath((".csv",)), default=None, metavar="PATH",
                         help="certificate path (default reports/certificate.csv); a .meta.json sidecar goes beside it")
+    sized = parser.add_argument_group("sized and sharded runs")
+    sized.add_argument("--guarantee", type=validate.tv, default=None, metavar="TV",
+                       help="size each fixture's rows for this worst-case TV at its rarest emitted position "
+                            "(the identity test's guarantee), and the directional checks for it unless --tv is "
+                            "given; the time and bytes are estimated first, and a run this machine cannot hold "
+                            "is refused")
+    sized.add_argument("--shards", type=validate.positive_int, default=None, metavar="N",
+                       help="split each fixture's rows into N shards, each seeded from --seed and its index; "
+                            "finished shards are kept beside the CSV until it is written, so a rerun resumes; "
+                            "the certificate depends on N, never on where the shards ran (default 1 with "
+                            "--guarantee)")
+    add_sweep_options(parser, progress=False)
     parser.add_argument("--plot", action="store_true",
                         help="also draw one PNG per fixture beside the CSV: PIT histograms, observed against "
                              "expected counts, acceptance by position, tokens per pass (needs matplotlib)")
@@ -54,8 +68,17 @@ def main(argv: list[str] | None = None) -> int:
     target = resolve_csv_target(args.csv, default_name="certificate.csv")  # before any work
     if args.plot:
         check_plotting()  # before any work
+    sharded = args.guarantee is not None or args.shards is not None
+    options = options_from_args(args)
+    if not sharded and (options != SweepOptions(progress=options.progress) or args.restart):
+        raise ShardError("--jobs, --executor, --scheduler and --restart apply to sized or sharded runs: "
+                         "add --shards N (or --guarantee TV)")
+    options.resolved_executor()  # contradictory executor options: one line, before any work
     decoder = load_decoder(args.decoder)
-    config = decoder_config(decoder, args.tv, false_fail=args.false_fail, seed=args.seed, timeout=args.timeout)
+    config = decoder_config(decoder, args.tv, args.guarantee, false_fail=args.false_fail, seed=args.seed,
+                            timeout=args.timeout)
+    if sharded:
+        return _sized(args, argv, target, decoder, config, options)
     print(f"certifying {args.decoder or 'numpy'}: {sizing_note(config)}", file=sys.stderr)
     capped = capped_note(config, args.fixture, args.check, args.slow, progress=not args.no_progress)
     if capped:
@@ -72,6 +95,54 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot:
         figures = plot_certificate(session.runs, cert, target.path)
         say(figures_note(figures))
+    return 0 if cert.passed else 1
+
+
+def _sized(args, argv, target, decoder, config: CertConfig, options: SweepOptions) -> int:
+    """A sized or sharded run: estimate and refuse first, then the shards (resumed from the
+    folder beside the CSV), merged per fixture, then the checks once, as an unsharded run."""
+    from specgauge.reports.sweeps.journal import sweep_lock
+    from specgauge.stattests.chain.shards import (ShardCache, guarantee_reached, plan_shards, refuse_unholdable,
+                                                  run_shards, sized_plan)
+
+    name = decoder_name(args.decoder)
+    planned, pairs, rows, est = sized_plan(config, args.fixture, args.check, args.slow)
+    cache = ShardCache(target.path.with_name(target.path.name + ".shards"))
+    refuse_unholdable(est, cache.folder)
+    shards = args.shards or 1
+    asked = {f.name: config.guarantee for f in pairs if config.guarantee is not None and CHECKS["identity"].applies(f)}
+    print(f"certifying {args.decoder or 'numpy'}: {sizing_note(config)}"
+          + (f"; rows sized for worst-case TV {config.guarantee:g}" if config.guarantee is not None else "")
+          + f"; {shards} shard(s) a fixture on {options.resolved_executor()}", file=sys.stderr)
+    for line in est.lines(options.jobs, asked):
+        print(line, file=sys.stderr)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    with sweep_lock(target, "specgauge certify " + " ".join(arguments)):
+        if args.restart:
+            cache.remove()
+        # in this process, the decoder loaded above; elsewhere, its spec, loaded where the shard runs
+        local = options.resolved_executor() == "serial"
+        plan_ = plan_shards(decoder if local else args.decoder, pairs, rows, config.seed, config.timeout,
+                            planned.chunk_bytes, shards)
+        runs, reused = run_shards(plan_, name, cache, options, progress=options.progress)
+        if reused:
+            say(f"resumed {reused} of {len(plan_)} shard(s) from {cache.folder}")
+        session = certification(decoder, config, checks=args.check, fixtures=args.fixture,
+                                progress=options.progress, name=name, slow=args.slow, runs=runs)
+        cert = session.certificate()
+        meta = {"arguments": arguments, "decoder": name, "tv": config.tv, "tv_by_fixture": dict(config.fixture_tv),
+                "false_fail": config.false_fail, "seed": config.seed, "guarantee": config.guarantee,
+                "shards": shards, "rows": dict(est.rows)}
+        cert.to_csv(target.path, meta)
+        cache.remove()
+    reached = guarantee_reached(cert.frame)
+    if reached:
+        say("worst-case TV reached (the identity rows' figure at each fixture's worst position): "
+            + "; ".join(f"{k} {v:.3g}" for k, v in reached.items()))
+    say(cert.summary(target.path))
+    say(f"certificate: {target.path}")
+    if args.plot:
+        say(figures_note(plot_certificate(session.runs, cert, target.path)))
     return 0 if cert.passed else 1
 
 

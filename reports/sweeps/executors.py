@@ -61,14 +61,15 @@ class SweepOptions:
         return executor
 
 
-def add_sweep_options(parser: Any) -> None:
-    """The options every sweeping command shares."""
+def add_sweep_options(parser: Any, progress: bool = True) -> None:
+    """The options every sweeping command shares (``progress``: with --no-progress, unless the command has its own)."""
     group = parser.add_argument_group("sweep execution")
     group.add_argument("--jobs", type=validate.positive_int, default=1, help="local worker processes (default 1)")
     group.add_argument("--executor", choices=("auto",) + EXECUTORS, default="auto",
                        help="serial, process (local pool of --jobs) or dask (needs --scheduler); auto picks from --jobs")
     group.add_argument("--scheduler", default=None, help="Dask scheduler address, e.g. tcp://host:8786")
-    group.add_argument("--no-progress", action="store_true", help="no progress bar")
+    if progress:
+        group.add_argument("--no-progress", action="store_true", help="no progress bar")
     group.add_argument("--restart", action="store_true", help="discard a partial sweep of this CSV instead of resuming it")
 
 

@@ -52,9 +52,14 @@ def default_fixture_tvs(decoder: object) -> dict[str, float]:
     return {name: max(DEFAULT_TV, float(tv)) for name, tv in declared.items()}
 
 
-def decoder_config(decoder: object, tv: float | None = None, **options) -> "CertConfig":
+def decoder_config(decoder: object, tv: float | None = None, guarantee: float | None = None,
+                   **options) -> "CertConfig":
     """The certification config for ``decoder``: an explicit ``tv`` (``--tv``) everywhere, or
-    else the decoder's declared default and per-fixture TVs. ``options``: other fields."""
+    else the decoder's declared default and per-fixture TVs. ``guarantee`` (``--guarantee``)
+    sizes rows for that worst-case TV and, without ``tv``, the directional checks for it too
+    (the user asked for a figure, so a slow decoder's declared TVs give way). ``options``: other fields."""
+    if guarantee is not None:
+        return CertConfig(tv=guarantee if tv is None else tv, guarantee=guarantee, **options)
     if tv is not None:
         return CertConfig(tv=tv, **options)
     return CertConfig(tv=default_tv(decoder), fixture_tv=default_fixture_tvs(decoder), **options)
@@ -105,9 +110,11 @@ class CertConfig:
     assertions: int = 0
     timeout: float | None = None
     fixture_tv: Mapping[str, float] = field(default_factory=dict)
+    guarantee: float | None = None
 
     def __post_init__(self) -> None:
-        for label, tv in (("--tv", self.tv), *((f"the TV of {n}", t) for n, t in self.fixture_tv.items())):
+        guarantee = () if self.guarantee is None else (("--guarantee", self.guarantee),)
+        for label, tv in (("--tv", self.tv), *guarantee, *((f"the TV of {n}", t) for n, t in self.fixture_tv.items())):
             if not 0 < tv < 1:
                 raise SpecgaugeError(f"{label} must lie in (0, 1), got {tv!r}")
         for label, rate in (("--false-fail", self.false_fail), ("false_pass", self.false_pass)):
@@ -147,18 +154,46 @@ class CertConfig:
             worst = max(min_num_samples_for_identity_test(tv, p, false_fail_rate=rate, false_pass_rate=self.false_pass)
                         / max(float(r), 1e-300) for p, r in zip(fixture.target, reach) if r > 0)
             rows = max(rows, rows_for(fixture, math.ceil(worst), self.max_rows, max_bytes, reach=1.0))
+        if self.guarantee is not None and fixture.context_free and not fixture.greedy:
+            rows = max(rows, guarantee_rows(fixture, self.guarantee, rate, self.false_pass))
         return rows
 
     def sequences(self, case: SequenceCase) -> int:
         return sequence_sample_size(case, max(self.tv_for(case.name), case.tv_floor), self.per_assertion)
 
 
+#: A sized run's rarest position sees fewer emissions than its mean by this many standard
+#: deviations at most, but with probability about 1e-3 (binomial, normal tail).
+EMISSION_MARGIN_Z = 3.0
+
+
+def guarantee_rows(fixture: PairFixture, tv: float, false_fail: float, false_pass: float) -> int:
+    """Rows for a worst-case ``tv`` at every emitted position of a context-free fixture: the
+    identity test's draws at each position over the chance that the position is emitted, with
+    EMISSION_MARGIN_Z standard deviations to spare, so the rarest one still gets its draws in
+    the run actually made. Not capped by rows or bytes: a sized run streams (``chunk_bytes``
+    a call), and :func:`specgauge.stattests.chain.shards.estimate` refuses what memory cannot hold."""
+    rows = 1
+    for p, r in zip(fixture.target, emission_probability(fixture)):
+        r = float(r)
+        if r <= 0:
+            continue
+        m = min_num_samples_for_identity_test(tv, p, false_fail_rate=false_fail, false_pass_rate=false_pass)
+        s = EMISSION_MARGIN_Z * math.sqrt(r * (1 - r))
+        root = (s + math.sqrt(s * s + 4 * r * m)) / (2 * r)  # n r - z sqrt(n r (1 - r)) = m, in sqrt(n)
+        rows = max(rows, math.ceil(root * root))
+    if fixture.call_rows:  # whole calls: the row tests compare calls
+        rows = -(-rows // fixture.call_rows) * fixture.call_rows
+    return rows
+
+
 class CertificationSession:
     """Runs each fixture once per decoder and each check once per fixture, on demand."""
 
-    def __init__(self, decoder: Decoder, name: str, config: CertConfig) -> None:
+    def __init__(self, decoder: Decoder, name: str, config: CertConfig,
+                 runs: Mapping[str, FixtureRun | SequenceRun] | None = None) -> None:
         self.decoder, self.name, self.config = decoder, name, config
-        self._runs: dict[str, FixtureRun | SequenceRun] = {}
+        self._runs: dict[str, FixtureRun | SequenceRun] = dict(runs or {})  # made elsewhere: a sharded run
         self._results: dict[tuple[str, str], dict[int | None, TestResult]] = {}
         self.rows: list[dict] = []
 
@@ -214,6 +249,15 @@ def sizing_note(config: CertConfig) -> str:
             "guarantee each fixture reaches is stated with the verdict")
 
 
+def planned_config(config: CertConfig, fixtures: Iterable[str] | None = None, checks: Iterable[str] | None = None,
+                   slow: bool = False) -> CertConfig:
+    """``config`` with the family-wise rate split over the assertions actually run (unless it says)."""
+    if config.assertions:
+        return config
+    return replace(config, assertions=plan_size(slow) if not (fixtures or checks)
+                   else sum(1 for _ in plan(fixtures, checks, slow)))
+
+
 def certify(decoder: Decoder | str | None = None, config: CertConfig | None = None,
             checks: Iterable[str] | None = None, fixtures: Iterable[str] | None = None,
             progress: bool = False, name: str | None = None, slow: bool = False) -> Certificate:
@@ -226,8 +270,10 @@ def certify(decoder: Decoder | str | None = None, config: CertConfig | None = No
 
 def certification(decoder: Decoder | str | None = None, config: CertConfig | None = None,
                   checks: Iterable[str] | None = None, fixtures: Iterable[str] | None = None,
-                  progress: bool = False, name: str | None = None, slow: bool = False) -> CertificationSession:
-    """:func:`certify`, returning the session: its certificate and the runs behind it."""
+                  progress: bool = False, name: str | None = None, slow: bool = False,
+                  runs: Mapping[str, FixtureRun | SequenceRun] | None = None) -> CertificationSession:
+    """:func:`certify`, returning the session: its certificate and the runs behind it.
+    ``runs``: fixtures already run (a sharded run's merges), used as they are."""
     config = config or CertConfig()
     if name is None:
         name = (decoder_name(decoder) if decoder is None or isinstance(decoder, str)
@@ -238,9 +284,8 @@ def certification(decoder: Decoder | str | None = None, config: CertConfig | Non
         raise SpecgaugeError(f"unknown check or fixture {sorted(unknown)}; checks: {', '.join(CHECKS)}; "
                              f"fixtures: {', '.join(ALL_FIXTURES)}")
     items = list(plan(fixtures, checks, slow))
-    if not config.assertions:  # the family-wise rate is split over the assertions actually run
-        config = replace(config, assertions=plan_size(slow) if not (fixtures or checks) else len(items))
-    session = CertificationSession(obj, name, config)
+    config = planned_config(config, fixtures, checks, slow)  # the family-wise rate over the assertions run
+    session = CertificationSession(obj, name, config, runs)
     from tqdm import tqdm
 
     bar = tqdm(items, desc=f"certifying {name}", unit="assertion", disable=not progress, leave=False)

@@ -1,0 +1,323 @@
+"""Sized and sharded runs: a fixture's rows split into shards that run anywhere and merge.
+
+Shard k of a fixture draws from its own stream, keyed by the run's seed, the fixture's
+name and k (a SeedSequence spawn key, never ``seed + k``), so its rows are the same on
+whatever process or machine runs it and whatever the other shards do. A shard hands back
+the per-row arrays the checks read; the merge lays them end to end in shard order and
+the checks run once on the merged run. So the certificate depends on the shard plan
+(rows, rows per call, shards) and the seed, never on the executor: ``--jobs 1``, local
+processes and a Dask cluster write the same bytes.
+
+Shards run on the planner's sweep executors (``specgauge.reports.sweeps.executors``);
+each finished shard is kept in a folder beside the CSV, keyed by what it depends on, so
+a rerun after an interrupt computes only the missing shards.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from specgauge.errors import UsageError
+from specgauge.fixtures.pairs import PairFixture
+
+from specgauge.stattests.chain.checks import REFERENCE_BYTES_PER_SECOND
+from specgauge.stattests.chain.harness import (FixtureRun, RowsPart, _reproducibility_error, assemble_run, call_step,
+                                               fixture_rows, fixture_seed, verify_rows)
+
+#: Child of the fixture's seed that shard streams hang under (an unsharded run uses children 0-3).
+SHARD_STREAM = 4
+#: Per-row arrays a run keeps for the checks, in bytes a row: lengths, tokens, pit_id (γ + 1
+#: each), pit_ratio (γ), and alpha (γ) where rows have their own laws.
+_ROW_ARRAYS = ("lengths", "tokens", "pit_id", "pit_ratio", "alpha")
+#: Harness and NumPy reference overheads on small vocabularies, where input bytes say little:
+#: CPU-seconds a row and a verify call, measured on the project's 2-core machine under load
+#: (benchmarks/bench_sharded.py: seed-six-token, 200,000 rows in 16 calls, 0.9-1.3e-6 s a row;
+#: batch1-g5, 4,000 one-row calls, 2.0-2.2e-4 s a call). Constants, so an estimate never
+#: depends on the clock; the checks' own time comes on top.
+ROW_SECONDS = 1.3e-6
+CALL_SECONDS = 2.2e-4
+
+
+class ShardError(UsageError):
+    """A sized or sharded run that cannot be made as asked: exit status 2, before any work."""
+
+
+def shard_seed(seed: int, fixture: PairFixture, k: int) -> np.random.SeedSequence:
+    """Shard k's stream: the fixture's seed, spawn key (SHARD_STREAM, k); the same for any shard count."""
+    return np.random.SeedSequence(fixture_seed(seed, fixture).entropy, spawn_key=(SHARD_STREAM, k))
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One shard of a fixture's rows: what it depends on, and nothing about where it runs."""
+
+    decoder: Any  # a decoder spec (short name or MODULE:NAME; loaded where the shard runs) or the object
+    fixture: str
+    seed: int
+    timeout: float | None
+    rows: int  # the fixture's rows, all shards together
+    step: int  # rows per verify call
+    shards: int
+    index: int
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        """(first call, calls) of this shard: whole calls, split as evenly as they go."""
+        calls = -(-self.rows // self.step)
+        lo, hi = calls * self.index // self.shards, calls * (self.index + 1) // self.shards
+        return lo, hi - lo
+
+    @property
+    def shard_rows(self) -> int:
+        first, calls = self.bounds
+        return max(0, min((first + calls) * self.step, self.rows) - first * self.step)
+
+    def key_payload(self, decoder_name: str) -> dict[str, Any]:
+        return {"decoder": decoder_name, "fixture": self.fixture, "seed": self.seed, "timeout": self.timeout,
+                "rows": self.rows, "step": self.step, "shards": self.shards, "index": self.index}
+
+
+def plan_shards(decoder: Any, fixtures: Sequence[PairFixture], rows: Mapping[str, int], seed: int,
+                timeout: float | None, chunk_bytes: int, shards: int) -> list[Shard]:
+    """Every fixture's shards, fixture by fixture, in shard order."""
+    out = []
+    for fixture in fixtures:
+        n = fixture_rows(fixture, rows[fixture.name])
+        step = call_step(fixture, n, chunk_bytes)
+        out += [Shard(decoder, fixture.name, seed, timeout, n, step, shards, k) for k in range(shards)]
+    return out
+
+
+_DECODERS: dict[str, Any] = {}
+
+
+def _decoder(spec: Any) -> Any:
+    """The decoder a shard runs: loaded once per process from its spec, or the object itself."""
+    if spec is not None and not isinstance(spec, str):
+        return spec
+    from specgauge.stattests.core.contract import load_decoder
+
+    if spec not in _DECODERS:
+        _DECODERS[spec] = load_decoder(spec)
+    return _DECODERS[spec]
+
+
+def run_shard(shard: Shard, progress: Callable[[int], Any] | None = None) -> dict[str, Any]:
+    """Verify one shard's rows; the reproducibility check (two calls on fixed inputs) runs in shard 0.
+    ``progress(rows)`` after each call when given (the in-process executor's bar)."""
+    from specgauge.stattests.chain.certify import ALL_FIXTURES
+
+    fixture = ALL_FIXTURES[shard.fixture]
+    decoder = _decoder(shard.decoder)
+    repro = None
+    if shard.index == 0:
+        repro = _reproducibility_error(decoder, fixture, fixture_seed(shard.seed + 1, fixture), shard.timeout)
+    fatal = bool(repro and repro.startswith("verify raised"))
+    rngs = tuple(np.random.default_rng(s) for s in shard_seed(shard.seed, fixture, shard.index).spawn(4))
+    first, _ = shard.bounds
+    part = verify_rows(decoder if progress is None else _Counting(decoder, progress), fixture,
+                       0 if fatal else shard.shard_rows, shard.step, rngs, shard.timeout, first_call=first + 1)
+    return {"arrays": part.arrays, "greedy_mismatches": part.greedy_mismatches, "greedy_example": part.greedy_example,
+            "error": repro if fatal else part.error, "repro_error": repro}
+
+
+class _Counting:
+    """A decoder that reports the rows of each call it verifies (for the progress bar)."""
+
+    def __init__(self, decoder: Any, progress: Callable[[int], Any]) -> None:
+        self._decoder, self._progress = decoder, progress
+
+    def verify(self, target, draft, tokens, rng):
+        out = self._decoder.verify(target, draft, tokens, rng)
+        self._progress(len(tokens))
+        return out
+
+
+def merge(fixture: PairFixture, parts: Sequence[Mapping[str, Any]], step: int, seed: int) -> FixtureRun:
+    """The fixture's run from its shards in shard order, up to and including the first that failed."""
+    used = []
+    for part in parts:
+        used.append(part)
+        if part["error"]:
+            break
+    error = next((p["error"] for p in used if p["error"]), None)
+    return assemble_run(fixture, [RowsPart(p["arrays"], p["greedy_mismatches"], p["greedy_example"], p["error"])
+                                  for p in used], step, error, parts[0]["repro_error"], seed)
+
+
+class ShardCache:
+    """Finished shards kept beside the CSV (``<csv>.shards/KEY.npz``), written whole or not at all.
+
+    Plays the sweep journal's part for :func:`run_sweep` (``append`` is called in this process
+    as each shard finishes), so only one process ever writes here."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def path(self, key: str) -> Path:
+        return self.folder / f"{key}.npz"
+
+    def load(self, key: str) -> dict[str, Any] | None:
+        try:
+            with np.load(self.path(key), allow_pickle=False) as data:
+                arrays = {k: data[k] for k in _ROW_ARRAYS}
+                text = {k: str(data[k]) for k in ("greedy_example", "error", "repro_error")}
+                mismatches = int(data["greedy_mismatches"])
+        except (OSError, KeyError, ValueError):
+            return None  # absent, or torn: computed again
+        return {"arrays": arrays, "greedy_mismatches": mismatches, "greedy_example": text["greedy_example"],
+                "error": text["error"] or None, "repro_error": text["repro_error"] or None}
+
+    def append(self, key: str, index: int, row: Mapping[str, Any]) -> Mapping[str, Any]:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = self.folder / f".{key}.{os.getpid()}.tmp.npz"
+        np.savez(tmp, **row["arrays"], greedy_mismatches=np.int64(row["greedy_mismatches"]),
+                 greedy_example=np.str_(row["greedy_example"]), error=np.str_(row["error"] or ""),
+                 repro_error=np.str_(row["repro_error"] or ""))
+        with open(tmp, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, self.path(key))
+        return row
+
+    def remove(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def run_shards(shards: Sequence[Shard], decoder_name: str, cache: ShardCache | None, options,
+               progress: bool = False) -> tuple[dict[str, FixtureRun], int]:
+    """Run what ``cache`` lacks of ``shards`` on ``options``' executor and merge each fixture;
+    returns (runs by fixture, shards reused). One bar over rows, with its ETA: per call in
+    this process, per finished shard on other processes or machines."""
+    from dataclasses import replace
+
+    from tqdm import tqdm
+
+    from specgauge.reports.sweeps.executors import run_sweep
+    from specgauge.reports.sweeps.journal import item_key
+    from specgauge.stattests.chain.certify import ALL_FIXTURES
+
+    executor = options.resolved_executor()
+    keys = [item_key(s.key_payload(decoder_name), "shard") for s in shards]
+    done = {}
+    for i, key in enumerate(keys):
+        found = cache.load(key) if cache is not None else None
+        if found is not None:
+            done[i] = found
+    bar = tqdm(total=sum(s.shard_rows for s in shards), initial=sum(shards[i].shard_rows for i in done),
+               desc="verifying", unit="row", unit_scale=True, disable=not progress, leave=False, dynamic_ncols=True)
+    in_process = executor == "serial"
+    func = partial(run_shard, progress=bar.update) if in_process else run_shard
+    journal = _Sink(cache, None if in_process else (lambda row: bar.update(len(row["arrays"]["lengths"]))))
+    try:
+        results = run_sweep(func, shards, replace(options, progress=False), journal, done,
+                            describe=lambda s: f"{s.fixture} shard {s.index + 1}/{s.shards}", keys=keys)
+    finally:
+        bar.close()
+    runs: dict[str, FixtureRun] = {}
+    for name in dict.fromkeys(s.fixture for s in shards):
+        mine = [(s, r) for s, r in zip(shards, results) if s.fixture == name]
+        runs[name] = merge(ALL_FIXTURES[name], [r for _, r in mine], mine[0][0].step, mine[0][0].seed)
+    return runs, len(done)
+
+
+class _Sink:
+    """The journal :func:`run_sweep` appends each finished shard to: the cache when there is one."""
+
+    def __init__(self, cache: ShardCache | None, on_append: Callable[[Mapping[str, Any]], Any] | None) -> None:
+        self.cache, self.on_append = cache, on_append
+
+    def append(self, key: str, index: int, row: Mapping[str, Any]) -> Mapping[str, Any]:
+        if self.cache is not None:
+            self.cache.append(key, index, row)
+        if self.on_append is not None:
+            self.on_append(row)
+        return row
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What a sized run will take, before it starts: an estimate, from constants, never the clock."""
+
+    rows: Mapping[str, int]
+    input_bytes: float  # decoder input, all calls together
+    held_bytes: float  # per-row arrays the checks read, all fixtures, plus one merge's copy
+    cpu_seconds: float
+
+    def lines(self, jobs: int, guarantees: Mapping[str, float]) -> list[str]:
+        per = "; ".join(f"{name} {n:,} rows" + (f" (worst-case TV {guarantees[name]:.3g} at its rarest position)"
+                                               if name in guarantees else "") for name, n in self.rows.items())
+        return [f"sized run: {per}",
+                f"estimate: {self.input_bytes / 1e9:,.3g} GB of decoder input, {self.held_bytes / 1e9:,.3g} GB held "
+                f"for the checks, verify calls about {self.cpu_seconds / 60:,.2g} CPU-minutes for the NumPy reference "
+                f"(an estimate: its measured {REFERENCE_BYTES_PER_SECOND / 1e9:g} GB of input per CPU-second and "
+                f"per-row and per-call costs), about {self.cpu_seconds / max(jobs, 1) / 60:,.2g} minutes on {jobs} "
+                f"worker(s); the checks take their own time after"]
+
+
+def row_bytes(fixture: PairFixture) -> int:
+    """Bytes a row holds for the checks (the per-row arrays of :class:`FixtureRun`)."""
+    g = fixture.gamma
+    return 8 * (1 + 2 * (g + 1) + g + (0 if fixture.context_free else g))
+
+
+def estimate(fixtures: Sequence[PairFixture], rows: Mapping[str, int], chunk_bytes: int) -> Estimate:
+    """Bytes and time of a run of ``rows`` per fixture at the reference's measured throughput."""
+    sized = {f.name: fixture_rows(f, rows[f.name]) for f in fixtures}
+    by = {f.name: f for f in fixtures}
+    input_bytes = sum(n * 8.0 * (2 * by[k].gamma + 1) * by[k].vocab_size for k, n in sized.items())
+    held = [n * float(row_bytes(by[k])) for k, n in sized.items()]
+    calls = sum(-(-n // call_step(by[k], n, chunk_bytes)) for k, n in sized.items())
+    seconds = input_bytes / REFERENCE_BYTES_PER_SECOND + sum(sized.values()) * ROW_SECONDS + calls * CALL_SECONDS
+    return Estimate(sized, input_bytes, sum(held) + max(held, default=0.0), seconds)
+
+
+def available_memory() -> float:
+    """Bytes of memory free for the run (Linux's available pages; physical memory elsewhere)."""
+    try:
+        return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return math.inf
+
+
+def refuse_unholdable(est: Estimate, cache_folder: Path | None, memory: float | None = None) -> None:
+    """Refuse, in one line before any work, a run whose per-row arrays this machine cannot hold
+    in memory (or, with finished shards kept, on disk)."""
+    memory = available_memory() if memory is None else memory
+    worst = max(est.rows, key=est.rows.get, default="")
+    if est.held_bytes > memory:
+        raise ShardError(f"this run needs about {est.held_bytes / 1e9:,.3g} GB of memory for the checks' per-row "
+                         f"arrays ({worst}: {est.rows.get(worst, 0):,} rows) and this machine has "
+                         f"{memory / 1e9:,.3g} GB free; ask for a coarser --guarantee or fewer --fixture")
+    if cache_folder is not None:
+        parent = cache_folder.parent
+        free = float(shutil.disk_usage(parent).free) if parent.exists() else math.inf
+        if est.held_bytes > free:
+            raise ShardError(f"this run keeps about {est.held_bytes / 1e9:,.3g} GB of finished shards in "
+                             f"{str(cache_folder)!r} and the disk has {free / 1e9:,.3g} GB free")
+
+
+def guarantee_reached(frame) -> dict[str, float]:
+    """Worst-case TV per fixture as the certificate states it: the largest figure of its
+    GUARANTEE rows that ran (inf where some position has none)."""
+    rows = frame[frame["detectable"].astype(str).str.startswith("GUARANTEE") & (frame["verdict"] != "untested")]
+    return {str(k): float(v) for k, v in rows.groupby("fixture", sort=False)["min_detectable_tv"].max().items()}
+
+
+def sized_plan(config, fixtures: Sequence[str] | None = None, checks: Sequence[str] | None = None,
+               slow: bool = False) -> tuple[Any, list[PairFixture], dict[str, int], Estimate]:
+    """(config as run, the distribution-pair fixtures, rows each, the estimate): what a sized
+    run will do, computed before any decoder call (whole sequences are not sharded)."""
+    from specgauge.stattests.chain.certify import plan, planned_config
+
+    planned = planned_config(config, fixtures, checks, slow)
+    pairs = list({f.name: f for _, f, _ in plan(fixtures, checks, slow) if f.kind != "sequence"}.values())
+    rows = {f.name: planned.rows(f) for f in pairs}
+    return planned, pairs, rows, estimate(pairs, rows, planned.chunk_bytes)

@@ -1,0 +1,156 @@
+"""Sized and sharded certification: ``specgauge certify --guarantee TV --shards N``.
+
+The certificate of a shard plan is the same bytes whichever executor ran the shards (one
+process, local processes, a Dask cluster) and after an interrupted run is resumed; the
+guarantee printed is the identity rows' own figure; a bad TV or a run this machine cannot
+hold is refused in one line before anything is written.
+"""
+
+from __future__ import annotations
+
+
+import numpy as np
+import pytest
+
+from specgauge.reports.cli import main
+
+FIXTURES = ["--fixture", "seed-six-token", "--fixture", "batch1-g5"]
+GUARANTEE = 0.1
+DECODER = "stopping_decoder:Decoder"
+STOP_ENV = "SPECGAUGE_TEST_STOP_AFTER"
+
+# The NumPy reference, with a switch that interrupts the run (as Ctrl-C does) after N verify calls.
+STOPPING_DECODER = f'''
+import os
+from specgauge.stattests.core.contract import load_decoder
+
+_reference = load_decoder("numpy")
+
+
+class Decoder:
+    def __init__(self):
+        self.calls = 0
+
+    def verify(self, target, draft, tokens, rng):
+        self.calls += 1
+        limit = int(os.environ.get("{STOP_ENV}", "0"))
+        if limit and self.calls > limit:
+            raise KeyboardInterrupt
+        return _reference.verify(target, draft, tokens, rng)
+'''
+
+
+@pytest.fixture(scope="module")
+def decoder_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("decoder")
+    (folder / "stopping_decoder.py").write_text(STOPPING_DECODER)
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def importable(decoder_dir, monkeypatch):
+    monkeypatch.syspath_prepend(str(decoder_dir))  # forked local workers inherit it
+    monkeypatch.delenv(STOP_ENV, raising=False)
+
+
+def certify(csv, *extra) -> int:
+    return main(["certify", "--decoder", DECODER, *FIXTURES, "--guarantee", str(GUARANTEE), "--shards", "3",
+                 "--no-progress", "--csv", str(csv), *extra])
+
+
+@pytest.fixture(scope="module")
+def one_process(decoder_dir, tmp_path_factory):
+    """The reference bytes: three shards a fixture, one after another in this process."""
+    import sys
+
+    sys.path.insert(0, str(decoder_dir))
+    try:
+        csv = tmp_path_factory.mktemp("serial") / "c.csv"
+        assert certify(csv) == 0
+    finally:
+        sys.path.remove(str(decoder_dir))
+    return csv.read_bytes()
+
+
+def test_local_processes_write_the_same_bytes(one_process, tmp_path):
+    csv = tmp_path / "c.csv"
+    assert certify(csv, "--jobs", "2") == 0
+    assert csv.read_bytes() == one_process
+    assert not (tmp_path / "c.csv.shards").exists() and not (tmp_path / "c.csv.lock").exists()
+
+
+def test_a_dask_cluster_writes_the_same_bytes(one_process, tmp_path):
+    distributed = pytest.importorskip("dask.distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster:
+        csv = tmp_path / "c.csv"
+        assert certify(csv, "--scheduler", cluster.scheduler_address) == 0
+    assert csv.read_bytes() == one_process
+
+
+def test_an_interrupted_run_resumes_to_the_same_bytes(one_process, tmp_path, monkeypatch, capsys):
+    csv = tmp_path / "c.csv"
+    monkeypatch.setenv(STOP_ENV, "10")  # shard 1 of seed-six-token: shard 0 (2 + 5 calls) is finished
+    assert certify(csv) == 130
+    kept = list((tmp_path / "c.csv.shards").glob("*.npz"))
+    assert not csv.exists() and len(kept) == 1
+    monkeypatch.delenv(STOP_ENV)
+    capsys.readouterr()
+    assert certify(csv) == 0
+    assert "resumed 1 of 6 shard(s)" in capsys.readouterr().out
+    assert csv.read_bytes() == one_process
+    assert not (tmp_path / "c.csv.shards").exists()
+
+
+def test_the_guarantee_printed_is_the_identity_rows(decoder_dir, tmp_path, capsys):
+    import pandas as pd
+
+    csv = tmp_path / "c.csv"
+    assert main(["certify", "--decoder", DECODER, *FIXTURES, "--guarantee", str(GUARANTEE), "--no-progress",
+                 "--check", "identity", "--csv", str(csv)]) == 0
+    out = capsys.readouterr()
+    assert "estimate:" in out.err and "GB of decoder input" in out.err and "CPU-minutes" in out.err
+    frame = pd.read_csv(csv)
+    identity = frame[frame["check"] == "identity"]
+    worst = identity.groupby("fixture", sort=False)["min_detectable_tv"].max()
+    assert set(worst.index) == {"seed-six-token", "batch1-g5"} and (worst <= GUARANTEE).all()
+    line = next(x for x in out.out.splitlines() if x.startswith("worst-case TV reached"))
+    assert line.endswith("; ".join(f"{k} {v:.3g}" for k, v in worst.items()))
+
+
+@pytest.mark.parametrize("tv", ["0", "1", "1.5", "-0.1", "nan"])
+def test_a_guarantee_outside_0_1_is_refused(tv, tmp_path, capsys):
+    assert main(["certify", *FIXTURES, "--guarantee", tv, "--csv", str(tmp_path / "c.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--guarantee" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_the_machine_cannot_hold_is_refused(tmp_path, capsys):
+    assert main(["certify", *FIXTURES, "--guarantee", "1e-7", "--csv", str(tmp_path / "c.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "GB of memory" in err and "rows" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_executor_options_need_a_sharded_run(tmp_path, capsys):
+    assert main(["certify", *FIXTURES, "--jobs", "2", "--csv", str(tmp_path / "c.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--shards" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_shards_split_whole_calls_on_streams_of_their_own():
+    from specgauge.fixtures.pairs import FIXTURES as PAIRS
+    from specgauge.stattests.chain.shards import Shard, shard_seed
+
+    fx = PAIRS["seed-six-token"]
+    for rows, step, n in ((5527, 346, 3), (10, 4, 5), (7, 7, 2)):
+        shards = [Shard("numpy", fx.name, 0, None, rows, step, n, k) for k in range(n)]
+        assert sum(s.shard_rows for s in shards) == rows
+        assert all(s.shard_rows % step == 0 for s in shards[:-1])  # only the last call may be short
+    # a shard's stream depends on the seed and its index only, never on seed + k
+    first = shard_seed(5, fx, 1).generate_state(4)
+    assert np.array_equal(first, shard_seed(5, fx, 1).generate_state(4))
+    assert not np.array_equal(shard_seed(5, fx, 0).generate_state(4), shard_seed(4, fx, 1).generate_state(4))
+    assert not np.array_equal(shard_seed(0, fx, 1).generate_state(4), first)
