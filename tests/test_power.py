@@ -179,6 +179,8 @@ def _pairs(p: np.ndarray, order: np.ndarray, size: np.ndarray, tv: float,
         delta[a] -= d
         delta[b] += d
     for _ in range(50):  # shrink the pairs that would overdraw p, keep the rest
+        if not np.abs(delta).sum() > 0:
+            return None
         q = _scale_to(p, delta, tv)
         if q is not None:
             return q
