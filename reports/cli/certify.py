@@ -54,8 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     sized.add_argument("--shards", type=validate.positive_int, default=None, metavar="N",
                        help="split each fixture's rows into N shards, each seeded from --seed and its index; "
                             "finished shards are kept beside the CSV until it is written, so a rerun resumes; "
-                            "the certificate depends on N, never on where the shards ran (default 1 with "
-                            "--guarantee)")
+                            "the certificate depends on N, never on where the shards ran (default with "
+                            "--guarantee: shards of about a CPU-minute of estimated work each)")
     add_sweep_options(parser, progress=False)
     parser.add_argument("--plot", action="store_true",
                         help="also draw one PNG per fixture beside the CSV: PIT histograms, observed against "
@@ -102,28 +102,29 @@ def _sized(args, argv, target, decoder, config: CertConfig, options: SweepOption
     """A sized or sharded run: estimate and refuse first, then the shards (resumed from the
     folder beside the CSV), merged per fixture, then the checks once, as an unsharded run."""
     from specgauge.reports.sweeps.journal import sweep_lock
-    from specgauge.stattests.chain.shards import (ShardCache, guarantee_reached, plan_shards, refuse_unholdable,
-                                                  run_shards, sized_plan)
+    from specgauge.stattests.chain.shards import (SHARD_SECONDS, ShardCache, guarantee_reached, plan_shards,
+                                                  refuse_unholdable, run_shards, sized_plan)
 
     name = decoder_name(args.decoder)
-    planned, pairs, rows, est = sized_plan(config, args.fixture, args.check, args.slow)
+    planned, pairs, rows, est = sized_plan(config, args.fixture, args.check, args.slow, progress=options.progress)
     cache = ShardCache(target.path.with_name(target.path.name + ".shards"))
     refuse_unholdable(est, cache.folder)
-    shards = args.shards or 1
     asked = {f.name: config.guarantee for f in pairs if config.guarantee is not None and CHECKS["identity"].applies(f)}
+    local = options.resolved_executor() == "serial"
+    # in this process, the decoder loaded above; elsewhere, its spec, loaded where the shard runs
+    plan_ = plan_shards(decoder if local else args.decoder, pairs, rows, config.seed, config.timeout,
+                        planned.chunk_bytes, args.shards)
+    count = (f"{args.shards} shard(s) a fixture" if args.shards else
+             f"{len(plan_)} shard(s) of about {SHARD_SECONDS / 60:g} CPU-minute (--shards N for another plan)")
     print(f"certifying {args.decoder or 'numpy'}: {sizing_note(config)}"
           + (f"; rows sized for worst-case TV {config.guarantee:g}" if config.guarantee is not None else "")
-          + f"; {shards} shard(s) a fixture on {options.resolved_executor()}", file=sys.stderr)
+          + f"; {count} on {options.resolved_executor()}", file=sys.stderr)
     for line in est.lines(options.jobs, asked):
         print(line, file=sys.stderr)
     arguments = list(sys.argv[1:] if argv is None else argv)
     with sweep_lock(target, "specgauge certify " + " ".join(arguments)):
         if args.restart:
             cache.remove()
-        # in this process, the decoder loaded above; elsewhere, its spec, loaded where the shard runs
-        local = options.resolved_executor() == "serial"
-        plan_ = plan_shards(decoder if local else args.decoder, pairs, rows, config.seed, config.timeout,
-                            planned.chunk_bytes, shards)
         runs, reused = run_shards(plan_, name, cache, options, progress=options.progress)
         if reused:
             say(f"resumed {reused} of {len(plan_)} shard(s) from {cache.folder}")
@@ -132,7 +133,8 @@ def _sized(args, argv, target, decoder, config: CertConfig, options: SweepOption
         cert = session.certificate()
         meta = {"arguments": arguments, "decoder": name, "tv": config.tv, "tv_by_fixture": dict(config.fixture_tv),
                 "false_fail": config.false_fail, "seed": config.seed, "guarantee": config.guarantee,
-                "shards": shards, "rows": dict(est.rows)}
+                "shards": {f.name: next(s.shards for s in plan_ if s.fixture == f.name) for f in pairs},
+                "rows": dict(est.rows)}
         cert.to_csv(target.path, meta)
         cache.remove()
     reached = guarantee_reached(cert.frame)

@@ -85,15 +85,30 @@ class Shard:
                 "rows": self.rows, "step": self.step, "shards": self.shards, "index": self.index}
 
 
+#: A sized run without ``--shards`` cuts each fixture into shards of about this many
+#: estimated CPU-seconds, so an interrupt loses about a minute of work a worker.
+SHARD_SECONDS = 60.0
+
+
 def plan_shards(decoder: Any, fixtures: Sequence[PairFixture], rows: Mapping[str, int], seed: int,
-                timeout: float | None, chunk_bytes: int, shards: int) -> list[Shard]:
-    """Every fixture's shards, fixture by fixture, in shard order."""
+                timeout: float | None, chunk_bytes: int, shards: int | None) -> list[Shard]:
+    """Every fixture's shards, fixture by fixture, in shard order: ``shards`` each, or (None)
+    about SHARD_SECONDS of estimated work each, from constants, so the plan is a function of
+    the arguments alone."""
     out = []
     for fixture in fixtures:
         n = fixture_rows(fixture, rows[fixture.name])
         step = call_step(fixture, n, chunk_bytes)
-        out += [Shard(decoder, fixture.name, seed, timeout, n, step, shards, k) for k in range(shards)]
+        count = shards or max(1, min(-(-n // step), math.ceil(_seconds(fixture, n, chunk_bytes) / SHARD_SECONDS)))
+        out += [Shard(decoder, fixture.name, seed, timeout, n, step, count, k) for k in range(count)]
     return out
+
+
+def _seconds(fixture: PairFixture, rows: int, chunk_bytes: int) -> float:
+    """Estimated CPU-seconds of ``rows`` verify rounds of ``fixture`` by the NumPy reference."""
+    calls = -(-rows // call_step(fixture, rows, chunk_bytes))
+    return (rows * 8.0 * (2 * fixture.gamma + 1) * fixture.vocab_size / REFERENCE_BYTES_PER_SECOND
+            + rows * ROW_SECONDS + calls * CALL_SECONDS)
 
 
 _DECODERS: dict[str, Any] = {}
@@ -274,8 +289,7 @@ def estimate(fixtures: Sequence[PairFixture], rows: Mapping[str, int], chunk_byt
     by = {f.name: f for f in fixtures}
     input_bytes = sum(n * 8.0 * (2 * by[k].gamma + 1) * by[k].vocab_size for k, n in sized.items())
     held = [n * float(row_bytes(by[k])) for k, n in sized.items()]
-    calls = sum(-(-n // call_step(by[k], n, chunk_bytes)) for k, n in sized.items())
-    seconds = input_bytes / REFERENCE_BYTES_PER_SECOND + sum(sized.values()) * ROW_SECONDS + calls * CALL_SECONDS
+    seconds = sum(_seconds(by[k], n, chunk_bytes) for k, n in sized.items())
     return Estimate(sized, input_bytes, sum(held) + max(held, default=0.0), seconds)
 
 
@@ -312,12 +326,17 @@ def guarantee_reached(frame) -> dict[str, float]:
 
 
 def sized_plan(config, fixtures: Sequence[str] | None = None, checks: Sequence[str] | None = None,
-               slow: bool = False) -> tuple[Any, list[PairFixture], dict[str, int], Estimate]:
+               slow: bool = False, progress: bool = False) -> tuple[Any, list[PairFixture], dict[str, int], Estimate]:
     """(config as run, the distribution-pair fixtures, rows each, the estimate): what a sized
-    run will do, computed before any decoder call (whole sequences are not sharded)."""
+    run will do, computed before any decoder call (whole sequences are not sharded). Sizing
+    searches each position's identity-test size, tens of seconds over the default fixtures:
+    ``progress`` shows a bar over them."""
+    from tqdm import tqdm
+
     from specgauge.stattests.chain.certify import plan, planned_config
 
     planned = planned_config(config, fixtures, checks, slow)
     pairs = list({f.name: f for _, f, _ in plan(fixtures, checks, slow) if f.kind != "sequence"}.values())
-    rows = {f.name: planned.rows(f) for f in pairs}
+    rows = {f.name: planned.rows(f) for f in tqdm(pairs, desc="sizing the samples", unit="fixture",
+                                                  disable=not progress, leave=False)}
     return planned, pairs, rows, estimate(pairs, rows, planned.chunk_bytes)
