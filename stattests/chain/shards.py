@@ -267,7 +267,7 @@ class Estimate:
     cpu_seconds: float
 
     def lines(self, jobs: int, guarantees: Mapping[str, float]) -> list[str]:
-        per = "; ".join(f"{name} {n:,} rows" + (f" (worst-case TV {guarantees[name]:.3g} at its rarest position)"
+        per = "; ".join(f"{name} {n:,} rows" + (f" (sized for worst-case TV {guarantees[name]:.3g} at its rarest position)"
                                                if name in guarantees else "") for name, n in self.rows.items())
         return [f"sized run: {per}",
                 f"estimate: {self.input_bytes / 1e9:,.3g} GB of decoder input, {self.held_bytes / 1e9:,.3g} GB held "
