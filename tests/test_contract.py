@@ -223,8 +223,12 @@ def test_declared_per_fixture_tv_sizes_samples_and_explicit_tv_wins():
     cert = certify(decoder, config, fixtures=fixtures)
     assert cert.passed, cert.summary()
     assert_declared_resolution(cert, decoder)
+    coarse = decoder_config(decoder, 0.2, seed=0)
+    # the declared TV sizes its own fixture only: the others keep the coarse default's rows
+    assert config.rows(ALL_FIXTURES["position-dependent"]) == coarse.rows(ALL_FIXTURES["position-dependent"])
+    assert config.rows(ALL_FIXTURES["seed-six-token"]) > coarse.rows(ALL_FIXTURES["seed-six-token"])
     with pytest.raises(AssertionError):  # the check itself fails on a certificate sized coarse everywhere
-        assert_declared_resolution(certify(decoder, decoder_config(decoder, 0.2, seed=0), fixtures=fixtures), decoder)
+        assert_declared_resolution(certify(decoder, coarse, fixtures=fixtures), decoder)
     explicit = decoder_config(decoder, 0.1)
     assert {explicit.tv_for(f) for f in fixtures} == {0.1}
     assert explicit.rows(ALL_FIXTURES["seed-six-token"]) < config.rows(ALL_FIXTURES["seed-six-token"])

@@ -94,16 +94,16 @@ def all_zero_residual_output(decoder: Decoder, vocab: int) -> tuple[np.ndarray, 
 
 def assert_declared_resolution(cert, decoder: Decoder) -> None:
     """The certificate reached the TVs ``decoder`` declares: at least its finer TV on each
-    fixture of ``certification_tv_by_fixture`` (the first position's exactness check), and
-    no finer on the others (their samples were sized for the coarse default)."""
+    fixture of ``certification_tv_by_fixture`` (the first position's exactness check).
+
+    (Other fixtures may reach finer figures than the coarse default: rows are also sized for
+    the worst-case identity guarantee at every emitted position.)"""
     finer = dict(getattr(decoder, "certification_tv_by_fixture", None) or {})
     rows = cert.frame[(cert.frame["check"] == "exactness") & (cert.frame["verdict"] != "untested")]
     reached = rows.groupby("fixture")["min_detectable_tv"].min()
     for fixture, tv in reached.items():
         if fixture in finer:
             assert tv <= finer[fixture], f"{fixture}: detectable TV {tv:.3g}, declared {finer[fixture]:g}"
-        elif finer:
-            assert tv > max(finer.values()), f"{fixture}: detectable TV {tv:.3g} finer than declared"
 
 
 def assert_exact_and_optimal(cert, decoder: Decoder, declared: bool) -> None:
