@@ -30,6 +30,13 @@ EARLY_EXIT = 24     # first 24 of 30 layers: α about 0.2 at T = 1 (drafts are r
 PROMPTS = ["Name a primary color.", "Is the sun a star? Answer yes or no.", "What is 2 + 2?",
            "Say hello in French."]
 TARGET_TV = 0.1
+#: At the default size every certificate must state TV <= 0.1; a smaller SPECGAUGE_REAL_SERVER_SAMPLES
+#: runs the mechanics only (a PASS there can be vacuous: the reference rows need enough samples per context).
+AT_SIZE = not os.environ.get("SPECGAUGE_REAL_SERVER_SAMPLES")
+
+
+def _stated_tv(cert) -> float:
+    return float(cert.frame["min_detectable_tv"].iloc[0])
 
 
 def _run(texts: list[str], length: int, finish: str = "length") -> ProbeRun:
@@ -133,6 +140,7 @@ def test_early_exit_passes_two_sample_at_the_stated_tv(served):
     print(cert.verdict(), *cert.notes, sep="\n")
     assert cert.passed, cert.verdict()
     assert cert.unit == "model tokens"
+    assert _stated_tv(cert) <= TARGET_TV or not AT_SIZE, cert.verdict()
     assert not any("the server capped them" in n for n in cert.notes), cert.notes
 
 
@@ -145,6 +153,7 @@ def test_both_arms_pass_against_the_reference(served, arm):
                                 target_tv=TARGET_TV)
     print(cert.verdict(), *cert.notes, sep="\n")
     assert cert.passed, cert.verdict()
+    assert _stated_tv(cert) <= TARGET_TV or not AT_SIZE, cert.verdict()
 
 
 @pytest.mark.slow
@@ -158,5 +167,7 @@ def test_a_wrong_temperature_fails_both_modes(served):
     ref = one_sample_reference(lossy, ReferenceModel(served["folder"], temperature=1.0), false_fail_rate=1e-6,
                                target_tv=TARGET_TV)
     print(two.verdict(), ref.verdict(), sep="\n")
+    if not AT_SIZE:
+        pytest.skip("a smaller sample than the TV 0.1 size: the lossy run need not fail")
     assert not two.passed and not ref.passed
 
