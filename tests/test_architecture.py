@@ -2,7 +2,7 @@
 
 ``stattests/core`` imports no room; ``chain``, ``tree``, ``server`` and ``decoders`` import
 the core and never each other. The report layer (``reports/``: ``cli``, ``figures``,
-``planning``, ``sweeps``) sits above the gate, the simulator and the acceptance
+``planning``) sits above the gate, the simulator and the acceptance
 measurement, which never import it; only its ``cli`` room brings the others together; no
 import circle anywhere; no torch on the command line's import path. The first release's
 flat module names of the gate still import, each with a DeprecationWarning.
@@ -68,7 +68,7 @@ def test_the_checker_sees_a_sibling_import(tmp_path: Path) -> None:
 FOLDERS = {"specgauge": "specgauge", "stattests": "specgauge.stattests", "simulator": "specgauge.simulator",
            "measurement": "specgauge.measurement", "reports": "specgauge.reports", "fixtures": "specgauge.fixtures"}
 #: The report layer's rooms; only ``cli`` (the commands) may import the others.
-REPORT_ROOMS = ("cli", "figures", "planning", "sweeps")
+REPORT_ROOMS = ("cli", "figures", "planning")
 
 
 def _module_name(path: Path) -> tuple[str, str]:
@@ -160,7 +160,7 @@ def _room_offences(label: str, source: str, name: str, package: str) -> list[str
 
 
 def test_report_rooms_import_only_downwards() -> None:
-    """``figures``, ``planning`` and ``sweeps`` import neither each other nor the commands, nor
+    """``figures`` and ``planning`` import neither each other nor the commands, nor
     anyone's private names across rooms; only ``cli`` brings the rooms together."""
     assert set(REPORT_ROOMS) == {p.name for p in (ROOT / "reports").iterdir() if (p / "__init__.py").exists()}
     offending = []
@@ -171,7 +171,7 @@ def test_report_rooms_import_only_downwards() -> None:
 
 
 def test_the_room_checker_sees_a_lower_room_reaching_sideways_or_up() -> None:
-    bad = "from ..sweeps.journal import sweep_lock\nfrom specgauge.reports.cli.plan import main\n"
+    bad = "from ..planning.slo import parse_slo\nfrom specgauge.reports.cli.plan import main\n"
     assert len(_room_offences("x", bad, "specgauge.reports.figures.x", "specgauge.reports.figures")) == 2
     private = "from specgauge.reports.planning.decisions import _decision\n"
     assert _room_offences("x", private, "specgauge.reports.cli.x", "specgauge.reports.cli")
@@ -194,6 +194,8 @@ def test_the_report_layer_has_few_flat_modules_and_no_feature_prefixes() -> None
 
 
 @pytest.mark.parametrize(("folder", "forbidden"), [
+    # the core (the sweep executors both halves run on included) imports nothing above it
+    ("specgauge", ("specgauge.reports", "specgauge.measurement", "specgauge.stattests", "specgauge.simulator")),
     ("stattests", ("specgauge.reports", "specgauge.measurement")),   # the gate, its conftest and plugin included
     ("simulator", ("specgauge.reports", "specgauge.measurement")),
     ("measurement", ("specgauge.reports",)),

@@ -15,14 +15,14 @@ import pytest
 
 from specgauge.csvio import CsvTarget, ReportOutputError
 from specgauge.reports.cli import plan
-from specgauge.reports.sweeps.journal import sweep_lock
+from specgauge.sweeps.journal import sweep_lock
 
 SCRIPT = textwrap.dedent(
     """
     import os, sys, time
     from pathlib import Path
     from specgauge.csvio import CsvTarget
-    from specgauge.reports.sweeps.executors import SweepOptions, sweep_to_csv
+    from specgauge.sweeps.executors import SweepOptions, sweep_to_csv
 
     def slow(x):
         with open(sys.argv[2], "a") as handle:

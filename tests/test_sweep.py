@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from specgauge.csvio import CsvTarget, ReportOutputError, resolve_csv_target
-from specgauge.reports.sweeps.executors import SweepError, SweepOptions, run_sweep, sweep_to_csv
+from specgauge.sweeps.executors import SweepError, SweepOptions, run_sweep, sweep_to_csv
 
 
 def square(x: int) -> dict:
@@ -126,7 +126,7 @@ SCRIPT = textwrap.dedent(
     import os, sys, time
     from pathlib import Path
     from specgauge.csvio import CsvTarget
-    from specgauge.reports.sweeps.executors import SweepOptions, sweep_to_csv
+    from specgauge.sweeps.executors import SweepOptions, sweep_to_csv
 
     CALLS = sys.argv[2]
 

@@ -242,7 +242,7 @@ def _run(args, target, drafts, requests, run_gammas, target_csv) -> dict:
     """Each (draft, γ) run through the reference rule, journalled beside the CSV as it finishes,
     so that an interrupted ``--run`` resumes where it stopped (each run is seeded on its own)."""
     from specgauge.measurement.forcing import run_speculative
-    from specgauge.reports.sweeps.journal import Journal, item_key
+    from specgauge.sweeps.journal import Journal, item_key
 
     context = _run_context(args, requests)
     journal = Journal(target_csv.journal_path)
@@ -285,7 +285,7 @@ def execute(args) -> int:
         target_csv, target, drafts, requests, gammas, run_gammas, plan = _prepare(args)
     except SpecgaugeError as exc:  # a probe file, a profile, an output folder: all inputs, all exit 2
         raise MeasurementInputError(str(exc)) from None
-    from specgauge.reports.sweeps.journal import sweep_lock
+    from specgauge.sweeps.journal import sweep_lock
 
     with sweep_lock(target_csv, "specgauge acceptance"):  # one run at a time on a CSV and its --run journal
         return _measure_and_write(args, target_csv, target, drafts, requests, gammas, run_gammas, plan)

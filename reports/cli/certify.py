@@ -14,7 +14,7 @@ from specgauge.stattests.chain.checks import CHECKS
 from specgauge.csvio import resolve_csv_target
 from specgauge.stattests.chain.certify import certification, sizing_note
 from specgauge.stattests.chain.shards import ShardError
-from specgauge.reports.sweeps.executors import SweepOptions, add_sweep_options, options_from_args
+from specgauge.sweeps.executors import SweepOptions, add_sweep_options, options_from_args
 from specgauge.stattests.chain.figures import check_plotting, figures_note, plot_certificate
 
 from .console import say
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
 def _sized(args, argv, target, decoder, config: CertConfig, options: SweepOptions) -> int:
     """A sized or sharded run: estimate and refuse first, then the shards (resumed from the
     folder beside the CSV), merged per fixture, then the checks once, as an unsharded run."""
-    from specgauge.reports.sweeps.journal import sweep_lock
+    from specgauge.sweeps.journal import sweep_lock
     from specgauge.stattests.chain.shards import (SHARD_SECONDS, ShardCache, guarantee_reached, plan_shards,
                                                   refuse_unholdable, run_shards, sized_plan)
 

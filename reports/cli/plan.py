@@ -20,7 +20,7 @@ from specgauge.errors import UsageError
 from specgauge.reports.planning.decisions import decide, recommendation, summary_table
 from specgauge.reports.planning.measured_rates import AcceptanceSpec, parse_acceptance
 from specgauge.reports.planning.slo import parse_slo
-from specgauge.reports.sweeps.executors import add_sweep_options, options_from_args, sweep_to_csv
+from specgauge.sweeps.executors import add_sweep_options, options_from_args, sweep_to_csv
 
 from .budget import announce
 from .console import say, warn

@@ -8,7 +8,7 @@ the checks run once on the merged run. So the certificate depends on the shard p
 (rows, rows per call, shards) and the seed, never on the executor: ``--jobs 1``, local
 processes and a Dask cluster write the same bytes.
 
-Shards run on the planner's sweep executors (``specgauge.reports.sweeps.executors``);
+Shards run on the planner's sweep executors (``specgauge.sweeps.executors``);
 each finished shard is kept in a folder beside the CSV, keyed by what it depends on, so
 a rerun after an interrupt computes only the missing shards.
 """
@@ -215,8 +215,8 @@ def run_shards(shards: Sequence[Shard], decoder_name: str, cache: ShardCache | N
 
     from tqdm import tqdm
 
-    from specgauge.reports.sweeps.executors import run_sweep
-    from specgauge.reports.sweeps.journal import item_key
+    from specgauge.sweeps.executors import run_sweep
+    from specgauge.sweeps.journal import item_key
     from specgauge.stattests.chain.certify import ALL_FIXTURES
 
     executor = options.resolved_executor()
