@@ -118,4 +118,4 @@ def test_summary_and_real_pair_estimate(speed_target):
     print("ESTIMATE (not measured), llama-3.1-8b target + llama-3.2-1b draft on one H200, 1,000 requests of "
           "512 + 256 tokens, batch 64: " + ", ".join(f"{k} {v:.0f}" for k, v in est.items()))
     ratio = _RATES["teacher forcing, tiny Llama pair"] / _RATES["run through the reference rule, tiny Llama pair, γ=4"]
-    speed_target(ratio >= TARGET_RATIO, f"teacher forcing is only {ratio:.1f}x the run's rate (target {TARGET_RATIO:g}x)"
+    speed_target(ratio >= TARGET_RATIO, f"teacher forcing is only {ratio:.1f}x the run's rate (target {TARGET_RATIO:g}x)")

@@ -136,4 +136,4 @@ def test_summary_and_sample_budget(speed_target):
             one = min_num_samples_for_conditional_fit(tv, 6, contexts=prompts, false_fail_rate=rate)
             print(f"{prompts} prompt(s), TV {tv}: two-sample {two:,} per prompt per arm ({2 * two * prompts:,} in all); "
                   f"one-sample, top-5 logprobs {one:,} per prompt ({one * prompts:,} in all)")
-    speed_target(_RATES[key] >= TARGET, f"probe draws {_RATES[key]:.0f} samples/s (target {TARGET:.0f})"
+    speed_target(_RATES[key] >= TARGET, f"probe draws {_RATES[key]:.0f} samples/s (target {TARGET:.0f})")

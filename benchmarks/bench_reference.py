@@ -121,4 +121,4 @@ def test_speedup_over_the_seed_loop(speed_target):
     lines = [f"{k}: {_RATES[k]:,.0f} tokens/s = {_RATES[k] / base:,.0f}x the seed loop" for k in needed]
     print("\n" + "\n".join(lines))
     ratio = _RATES["reference (drafting + verify)"] / base
-    speed_target(ratio >= TARGET_RATIO, f"reference only {ratio:.0f}x the seed loop (target {TARGET_RATIO:.0f}x)"
+    speed_target(ratio >= TARGET_RATIO, f"reference only {ratio:.0f}x the seed loop (target {TARGET_RATIO:.0f}x)")

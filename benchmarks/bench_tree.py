@@ -112,4 +112,4 @@ def test_speedup_over_the_per_node_loop(speed_target):
     print("\n" + "\n".join(f"{k}: {_RATES[k]:,.0f} tokens/s = {_RATES[k] / base:,.0f}x the per-node loop"
                            for k in needed))
     worst = min(_RATES[k] / base for k in needed[1:])
-    speed_target(worst >= TARGET_RATIO, f"a tree reference is only {worst:.0f}x the per-node loop (target {TARGET_RATIO:.0f}x)"
+    speed_target(worst >= TARGET_RATIO, f"a tree reference is only {worst:.0f}x the per-node loop (target {TARGET_RATIO:.0f}x)")
