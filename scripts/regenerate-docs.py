@@ -104,6 +104,17 @@ EXAMPLES: tuple[Example, ...] = (
         "--run --run-gamma 2,4 --plan --plan-target llama-3.1-8b --plan-draft flat=llama-3.2-1b "
         "--plan-draft other=llama-3.2-3b --plan-draft ngram=ngram --plan-batch-size 1,16,64",),
         setup_block="tiny-llamas", slow=True),
+    Example("acceptance-smollm2", "docs/acceptance.md", (
+        "specgauge acceptance --target smollm2/target --draft skip14=smollm2/skip-14 --draft ngram "
+        "--prompts prompts.jsonl --samples 2 --max-new-tokens 24 --gamma 1,2,4 --threads 1",),
+        setup_block="smollm2-pair", slow=True),
+    Example("acceptance-smollm2-run", "docs/acceptance.md", (
+        "specgauge acceptance --target smollm2/target --draft skip14=smollm2/skip-14 --draft skip3=smollm2/skip-4,12,20 "
+        "--draft first16=smollm2/first-16 --draft ngram --prompts prompts.jsonl --samples 2 --max-new-tokens 32 "
+        "--gamma 1,2,4 --threads 1 --run --run-gamma 2 --plan --plan-target llama-3.1-8b "
+        "--plan-draft skip14=llama-3.2-1b --plan-draft skip3=llama-3.2-1b --plan-draft first16=llama-3.2-1b "
+        "--plan-draft ngram=ngram --plan-batch-size 1,16,64 --no-progress",),
+        setup_block="smollm2-pair", slow=True),
     Example("gate-watch-fail", "docs/gate.md", (
         "pytest --pyargs specgauge.stattests --specgauge-decoder specgauge.stattests.chain.zoo:accept-all "
         "-k seed-six-token -q --tb=no -rN",), exit_codes=(1,), slow=True),
