@@ -133,7 +133,7 @@ def test_the_wheel_installs_only_the_specgauge_package(tmp_path):
     top = {name.split("/", 1)[0] for name in names}
     assert {t for t in top if not t.endswith(".dist-info")} == {"specgauge"}
     for part in ("stattests/plugin.py", "stattests/conftest.py", "stattests/test_certification.py",
-                 "simulator/engine.py", "reports/cli/__init__.py", "specgauge/sweeps/journal.py", "measurement/forcing.py",
+                 "simulator/engine.py", "reports/cli/__init__.py", "sweeps/journal.py", "measurement/forcing.py",
                  "fixtures/pairs.py", "fixtures/hardware/gpus.toml",
                  "errors.py", "laws.py"):
         assert f"specgauge/{part}" in names, part

@@ -22,7 +22,7 @@ from specgauge.csvio import _atomic_write_bytes, resolve_csv_target, write_csv_a
 from specgauge import validate
 from specgauge.errors import SpecgaugeError
 
-from specgauge.measurement.models import Loader, MeasurementInputError, Sampling, load_model, split_label
+from specgauge.measurement.models import HFLaw, Loader, MeasurementInputError, Sampling, load_model, split_label
 from specgauge.measurement.prompts import Request, read_requests
 
 from .budget import announce, physical_memory
@@ -82,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true")
     run = p.add_argument_group("--run: measured against predicted")
     run.add_argument("--run", action="store_true", help="also run speculative decoding through the reference rule")
-    run.add_argument("--run-gamma", type=_INTS, default=None, help="γ values of the run (default 4)")
+    run.add_argument("--run-gamma", type=_INTS, default=[4], help="γ values of the run (default 4)")
     plan = p.add_argument_group("--plan: rank the drafts with the simulator")
     plan.add_argument("--plan", action="store_true")
     plan.add_argument("--plan-target", default=None, help="the target's simulator profile (e.g. llama-3.1-8b)")
@@ -160,10 +160,10 @@ def _check_size(requests: int, drafts, args) -> None:
 
 def _check_switches(args) -> None:
     """An option of --run or --plan given without its switch would be silently ignored: refuse it."""
-    defaults = build_parser().parse_args(["--target", "t", "--draft", "d"])
+    parser = build_parser()
     for switch, prefix in (("run", "run_"), ("plan", "plan_")):
         if not getattr(args, switch):
-            given = [k for k in vars(defaults) if k.startswith(prefix) and getattr(args, k) != getattr(defaults, k)]
+            given = [k for k in vars(args) if k.startswith(prefix) and getattr(args, k) != parser.get_default(k)]
             if given:
                 raise MeasurementInputError(f"{', '.join('--' + k.replace('_', '-') for k in given)} "
                                             f"given without --{switch}, which it belongs to")
@@ -171,9 +171,9 @@ def _check_switches(args) -> None:
 
 def _check_torch_options(args, models) -> None:
     """--device and --dtype place HF models: refuse them where they would do nothing, or cannot."""
-    hf = [m for m in models if type(m).__name__ == "HFLaw"]
-    given = [f"--{k} {getattr(args, k)}" for k, default in (("device", "cpu"), ("dtype", "float32"))
-             if getattr(args, k) != default]
+    hf = [m for m in models if isinstance(m, HFLaw)]
+    parser = build_parser()
+    given = [f"--{k} {getattr(args, k)}" for k in ("device", "dtype") if getattr(args, k) != parser.get_default(k)]
     if given and not hf:
         raise MeasurementInputError(f"{' and '.join(given)} {'apply' if len(given) > 1 else 'applies'} only to "
                                     "HF models, and none is named here")
@@ -188,7 +188,7 @@ def _prepare(args):
     """Everything checked before any file is written: models, prompts, options, output paths."""
     _check_switches(args)
     gammas = tuple(sorted(args.gamma))
-    run_gammas = tuple(sorted(args.run_gamma or [4])) if args.run else ()
+    run_gammas = tuple(sorted(args.run_gamma)) if args.run else ()
     target_csv = resolve_csv_target(args.csv, default_name="acceptance.csv")
     if args.plot is None:
         args.plot = importlib.util.find_spec("matplotlib") is not None
