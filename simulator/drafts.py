@@ -17,7 +17,7 @@ and the acceptance to assume when the user gives none.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -87,12 +87,15 @@ class PassDraft:
 
 @dataclass(frozen=True)
 class RoundFitDraft:
-    """A fit of a whole proposal round (SpecDecode-Bench's EAGLE-3 form): ``c_fixed + c_token·drafted + c_kv·kv``."""
+    """A fit of a whole proposal round (SpecDecode-Bench's EAGLE-3 form) split into a fixed part and
+    one per draft pass: ``c_fixed + steps·c_pass + c_token·drafted + c_kv·kv``. A round of K drafts
+    is K sequential passes, so a fit measured at one K prices another only through ``c_pass``."""
 
     fit: StepFit
 
     def round(self, batch, steps, drafted, ctx, verify_s):
-        return self.fit.c_fixed_ms * 1e-3 + self.fit.c_token_us * 1e-6 * batch * drafted + self.fit.c_kv_ns * 1e-9 * ctx
+        return ((self.fit.c_fixed_ms + self.fit.c_pass_ms * steps) * 1e-3 + self.fit.c_token_us * 1e-6 * batch * drafted
+                + self.fit.c_kv_ns * 1e-9 * ctx)
 
     def prefill(self, tokens, ctx, attn):
         return self.fit.c_token_us * 1e-6 * tokens
@@ -145,6 +148,12 @@ class Draft:
     @property
     def default_acceptance(self) -> AcceptanceModel:
         return DEFAULT_ACCEPTANCE[self.kind]
+
+
+def _with_pass_overhead(cost: PassCost, gpu: GPU) -> PassCost:
+    """A head's pass plus the engine's own work around it (``GPU.draft_pass_overhead_ms``): the
+    proposer prepares each pass's inputs and samples its token outside the captured graph."""
+    return replace(cost, c_fixed=cost.c_fixed + gpu.draft_pass_overhead_ms * 1e-3)
 
 
 def _head_params(target: Model, kind: str) -> tuple[int, int]:
@@ -223,11 +232,11 @@ def build_draft(name: str | None, *, gpu: GPU, target: Model, target_cost: PassC
     else:
         moe = kind == "mtp" and target.is_moe
         routed = target.experts_per_token * target.expert_params if moe else 0
-        cost = PassDraft(PassCost.from_shape(
+        cost = PassDraft(_with_pass_overhead(PassCost.from_shape(
             gpu, linear_params=linear, kv_bytes_per_token=kv, attn_flops_per_ctx=4.0 * target.heads * target.head_dim,
             layers=2, hidden=target.hidden, dtype_bytes=head_bytes, tp=dtp, weight_params=linear - routed,
             expert_params=target.expert_params if moe else 0.0, moe_layers=int(moe), experts=target.experts if moe else 0,
             experts_per_token=target.experts_per_token if moe else 0,
-            measured_experts=target.measured_experts if moe else None))
+            measured_experts=target.measured_experts if moe else None), gpu))
     # At TP 1 the head's weights and KV sit whole on one GPU, which bounds the KV blocks of all.
     return Draft(kind, f"{kind}:{target.name}", dtp, resident * head_bytes / dtp, kv / dtp, cost, empty)

@@ -63,6 +63,7 @@ class GPU:
     compute_efficiency: float | None = 0.75  # MFU of the batched-token GEMMs; None: same as efficiency
     layer_overhead_us: float = 25.0     # per layer of a CUDA-graphed forward pass
     draft_layer_overhead_us: float = 65.0  # per layer of a separate draft model's pass (eager proposer)
+    draft_pass_overhead_ms: float = 0.38   # the engine's own work per pass of a head (EAGLE, MTP): inputs, sampling
     step_overhead_ms: float = 1.21      # engine per step, with or without speculation (scheduler, input prep)
     spec_overhead_ms: float = 0.0       # extra per speculative step beyond the proposer's own cost
     sample_us_per_token: float = 1.0    # sampling / verification per batched token
@@ -83,7 +84,7 @@ class GPU:
             value = getattr(self, name)
             if value is not None and not 0 < value <= 1:
                 raise ConfigError(f"GPU profile {self.name!r}: {name} must be in (0, 1], got {value!r}")
-        for name in ("layer_overhead_us", "draft_layer_overhead_us", "step_overhead_ms", "spec_overhead_ms",
+        for name in ("layer_overhead_us", "draft_layer_overhead_us", "draft_pass_overhead_ms", "step_overhead_ms", "spec_overhead_ms",
                      "sample_us_per_token", "allreduce_latency_us", "non_torch_gib"):
             if not getattr(self, name) >= 0:
                 raise ConfigError(f"GPU profile {self.name!r}: {name} must be >= 0")
@@ -126,7 +127,9 @@ class StepFit:
     ``knee`` 1 with ``c_weight`` 0 is the additive form SpecDecode-Bench publishes.
 
     ``includes_engine``: the fit's per-token cost already holds sampling and verification,
-    so the per-token engine overhead is not added again. ``step_overhead_ms`` /
+    so the per-token engine overhead is not added again. ``c_pass_ms``: a per-round fit's
+    cost per draft pass (a round of K passes costs ``c_fixed + K·c_pass + ...``), so that a
+    fit measured at one draft length prices another. ``step_overhead_ms`` /
     ``spec_overhead_ms``: the engine's cost per step and extra per speculative step that
     go with this fit (None: the GPU profile's). ``per_round``:
     a draft's fit of a whole proposal (γ tokens per sequence), not of one draft pass.
@@ -139,6 +142,7 @@ class StepFit:
     c_weight_ms: float = 0.0         # weight streaming, flat until the GEMMs outgrow it (see cost.blend)
     knee: float = 1.0
     c_attn_ns: float | None = None   # attention arithmetic per (query x context) token; None: the datasheet prior
+    c_pass_ms: float = 0.0           # a per-round fit's cost per draft pass
     includes_engine: bool = True
     per_round: bool = False
     step_overhead_ms: float | None = None
@@ -146,7 +150,7 @@ class StepFit:
     source: str = "unstated"
 
     def __post_init__(self) -> None:
-        for name in ("c_fixed_ms", "c_token_us", "c_kv_ns", "c_weight_ms"):
+        for name in ("c_fixed_ms", "c_token_us", "c_kv_ns", "c_weight_ms", "c_pass_ms"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ConfigError(f"step fit {self.name!r}: {name} must be a number >= 0, got {value!r}")
@@ -387,13 +391,14 @@ def check_profile_tables(data: object, source: str) -> dict[str, dict[str, dict[
 
 
 def _read_table_file(path: str | Path) -> dict[str, Any]:
+    from specgauge import validate
+
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputFileError(f"cannot read profiles file {str(path)!r}: {exc.strerror or exc}") from None
+    text = validate.read_input_text(path, "profiles file")  # a regular file of a sane size, UTF-8: else one line, exit 2
     try:
         data = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
+    except RecursionError:
+        raise InputFileError(f"profiles file {str(path)!r} is nested too deeply") from None
     except (ValueError, tomllib.TOMLDecodeError) as exc:
         kind = "JSON" if path.suffix.lower() == ".json" else "TOML"
         raise InputFileError(f"profiles file {str(path)!r} is not valid {kind}: {exc}") from None

@@ -14,7 +14,7 @@ from specgauge.reports.cli import main as cli_main
 from specgauge.simulator import SimulationConfig
 from specgauge.simulator.core import memory_plan, resolve
 from specgauge.simulator.cost import PassCost, RoundCost
-from specgauge.simulator.drafts import EAGLE_DRAFT_BYTES, _head_params
+from specgauge.simulator.drafts import EAGLE_DRAFT_BYTES, _head_params, _with_pass_overhead
 from specgauge.simulator.profiles import load_gpu, load_model
 
 MINIMAX = dict(gpu="mi355x", target="minimax-m2.5", draft="eagle", tp=4, gamma=3, prompt_len=1024, output_len=1024)
@@ -46,11 +46,11 @@ def test_head_at_tp1_is_its_whole_shape_on_one_gpu():
     # first principles at TP 1: every FLOP and weight byte on one GPU, two launches, no all-reduce
     assert step.c_token == pytest.approx(2 * linear / (gpu.peak_flops * gpu.mfu))
     assert step.c_weight == pytest.approx(linear * EAGLE_DRAFT_BYTES / (gpu.bandwidth * gpu.efficiency))
-    assert step.c_fixed == pytest.approx(2 * gpu.layer_overhead_us * 1e-6)
+    assert step.c_fixed == pytest.approx(2 * gpu.layer_overhead_us * 1e-6 + gpu.draft_pass_overhead_ms * 1e-3)
     wide = resolve(SimulationConfig(**MINIMAX)).draft.cost.step
-    assert wide == PassCost.from_shape(gpu, linear_params=linear, kv_bytes_per_token=target.kv_bytes_per_token / target.layers,
+    assert wide == _with_pass_overhead(PassCost.from_shape(gpu, linear_params=linear, kv_bytes_per_token=target.kv_bytes_per_token / target.layers,
                                        attn_flops_per_ctx=4.0 * target.heads * target.head_dim, layers=2,
-                                       hidden=target.hidden, dtype_bytes=EAGLE_DRAFT_BYTES, tp=4)
+                                       hidden=target.hidden, dtype_bytes=EAGLE_DRAFT_BYTES, tp=4), gpu)
     # per sequence the TP-1 head costs more as the batch grows (its tokens are not split), a
     # little: about 3 us a sequence a round against 1.2 us at TP 4 on MiniMax-M2.5's shape
     grow_1 = (_round(config, 64) - _round(config, 16)) / 48

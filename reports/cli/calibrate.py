@@ -16,8 +16,10 @@ Inputs, any mix (each becomes equations of ``specgauge.simulator.fit``):
   speculation (``spec_decode_acceptance_length`` present; ``draft=`` names the proposer:
   a model, ``eagle``, ``mtp`` or ``ngram``) is priced after the fit: what a round costs
   beyond the verify pass. Runs of one proposer at two or more concurrencies split it into
-  the engine's overhead per speculative step and the proposer's cost per drafted token;
-  one run makes it all the proposer's per-round cost (``split_speculation``).
+  the engine's overhead per speculative step and the proposer's cost per drafted token,
+  runs at two or more draft lengths (``gamma``) split off its cost per draft pass (a round
+  is γ sequential passes); one run makes it all the proposer's per-round cost
+  (``split_speculation``).
 
 Writes one TOML that stands alone for ``--profiles``: the GPU's and the model's tables,
 ``[steps."MODEL@GPU@tpN"]`` and the proposer's; prints and saves each point's error
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import io
 import json
 import math
 from dataclasses import replace
@@ -40,6 +43,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import nnls
 
+from specgauge import validate
 from specgauge.csvio import check_writable, write_csv_atomic
 from specgauge.errors import InputFileError
 from specgauge.simulator.cost import PassCost
@@ -82,14 +86,7 @@ def check_spec_options(text: str, allowed: dict[str, type]) -> tuple[Path, dict[
 
 def check_json_object(path: Path) -> dict[str, Any]:
     """A benchmark result file: one JSON object."""
-    if path.is_dir():
-        raise CalibrateError(f"{str(path)!r} is a folder, not a JSON file")
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise CalibrateError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise CalibrateError(f"{str(path)!r} is not valid JSON: {exc}") from None
+    data = validate.read_json(path)  # a regular file of a sane size, valid JSON: else one line, exit 2
     if not isinstance(data, dict):
         raise CalibrateError(f"{str(path)!r} does not hold a JSON object")
     return data
@@ -97,10 +94,9 @@ def check_json_object(path: Path) -> dict[str, Any]:
 
 def check_steps_frame(path: Path) -> pd.DataFrame:
     """A timed-steps CSV: columns batched_tokens, kv_tokens, ms (numbers), batch and model optional; at least a row."""
-    if path.is_dir():
-        raise CalibrateError(f"--steps {str(path)!r} is a folder, not a CSV file")
+    text = validate.read_input_text(path)  # a regular file of a sane size, UTF-8: else one line, exit 2
     try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+        frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
     except pd.errors.EmptyDataError:
         raise CalibrateError(f"{str(path)!r} is empty; needs a header {', '.join(STEP_COLUMNS)} and rows") from None
     except (OSError, ValueError, UnicodeDecodeError) as exc:
@@ -235,34 +231,51 @@ def spec_run(fit: StepModelFit, data: dict[str, Any], where: str, draft: str, *,
     return SpecRun(where, kind, proposer, concurrency, gamma, tpot * accepted_length - verify - prefill)
 
 
-def split_speculation(runs: list[SpecRun]) -> tuple[float | None, dict[str, tuple[float, float]], str]:
-    """(overhead per speculative step in s, {proposer: (per-round s, per drafted token s)}, how it was split).
+def split_speculation(runs: list[SpecRun]) -> tuple[float | None, dict[str, tuple[float, float, float]], str]:
+    """(overhead per speculative step in s, {proposer: (per-round s, per drafted token s, per draft pass s)},
+    how it was split).
 
-    Runs of one proposer at two or more loads separate a per-step overhead (the engine's:
-    scheduling, rejection sampling) from a cost per drafted token (the proposer's): the
-    round's extra cost is ``s + p · concurrency · γ``. One run cannot: its whole extra cost
-    becomes the proposer's per-round cost, and the engine's overhead is left at 0."""
+    A round's extra cost is ``s + c · γ + p · concurrency · γ``: the engine's per-step
+    overhead (scheduling, rejection sampling), the proposer's γ sequential passes, and its
+    cost per drafted token. Runs of one proposer at two or more draft lengths separate the
+    per-pass part; at two or more loads, the per-token part. What the runs cannot separate
+    is left out (0), and one run makes its whole extra cost the proposer's per-round cost."""
     by: dict[str, list[SpecRun]] = {}
     for run in runs:
         by.setdefault(run.proposer, []).append(run)
     overhead: list[float] = []
-    proposers: dict[str, tuple[float, float]] = {}
+    proposers: dict[str, tuple[float, float, float]] = {}
     notes = []
     for proposer, group in by.items():
-        loads = {r.concurrency * r.gamma for r in group}
-        if len(loads) >= 2:
-            a = np.array([[1.0, r.concurrency * r.gamma] for r in group])
-            b = np.array([r.extra_s for r in group])
-            (s, p), _ = nnls(a, b)
-            overhead.append(float(s))
-            proposers[proposer] = (0.0, float(p))
-            notes.append(f"{proposer}: {len(group)} runs at {len(loads)} loads: {s * 1e3:.3g} ms per speculative "
-                         f"step + {p * 1e6:.3g} us per drafted token")
-        else:
+        gammas = {r.gamma for r in group}
+        columns = {"step": [1.0] * len(group)}
+        if len(gammas) >= 2:
+            columns["pass"] = [float(r.gamma) for r in group]
+        if len({r.concurrency for r in group}) >= 2 or len({r.concurrency * r.gamma for r in group}) >= 2:
+            columns["token"] = [r.concurrency * r.gamma for r in group]
+        a = np.array(list(columns.values())).T
+        while a.shape[1] > 1 and (np.linalg.matrix_rank(a) < a.shape[1] or a.shape[0] < a.shape[1]):
+            columns.pop("token" if "token" in columns else "pass")
+            a = np.array(list(columns.values())).T
+        if a.shape[1] == 1:
             extra = float(np.mean([r.extra_s for r in group]))
-            proposers[proposer] = (extra, 0.0)
-            notes.append(f"{proposer}: one load only, so its {extra * 1e3:.3g} ms a round is the proposer's whole "
-                         "cost (serve runs at two concurrencies separate the per-step overhead)")
+            proposers[proposer] = (extra, 0.0, 0.0)
+            notes.append(f"{proposer}: one load and one draft length only, so its {extra * 1e3:.3g} ms a round is the "
+                         "proposer's whole cost (runs at two concurrencies separate the per-step overhead, at two "
+                         "draft lengths the per-pass cost)")
+            continue
+        coef, _ = nnls(a, np.array([r.extra_s for r in group]))
+        fitted = dict(zip(columns, map(float, coef)))
+        overhead.append(fitted["step"])
+        proposers[proposer] = (0.0, fitted.get("token", 0.0), fitted.get("pass", 0.0))
+        parts = [f"{fitted['step'] * 1e3:.3g} ms per speculative step"]
+        if "pass" in fitted:
+            parts.append(f"{fitted['pass'] * 1e3:.3g} ms per draft pass")
+        if "token" in fitted:
+            parts.append(f"{fitted['token'] * 1e6:.3g} us per drafted token")
+        notes.append(f"{proposer}: {len(group)} runs at {len(gammas)} draft length(s) and "
+                     f"{len({r.concurrency for r in group})} concurrenc{'y' if len({r.concurrency for r in group}) == 1 else 'ies'}: "
+                     + " + ".join(parts))
     return (float(np.mean(overhead)) if overhead else None), proposers, "; ".join(notes)
 
 
@@ -363,13 +376,14 @@ def main(argv: list[str] | None = None) -> int:
         "includes_engine": True, "step_overhead_ms": 0.0, "spec_overhead_ms": (spec_overhead or 0.0) * 1e3,
         "source": f"fitted by specgauge calibrate from {len(equations)} measurements ({sources}); worst-case "
                   f"error {fit.worst_error:.1%}{held}"})
-    for proposer, (round_s, token_s) in proposers.items():
-        if round_s <= 0 and token_s <= 0:
+    for proposer, (round_s, token_s, pass_s) in proposers.items():
+        if round_s <= 0 and token_s <= 0 and pass_s <= 0:
             print(f"warning: {proposer}: a round costs no more than its verify pass and overhead; no proposer cost "
                   "written")
             continue
         text += "\n" + toml_table("steps", step_key(proposer, gpu.name, args.tp), {
-            "c_fixed_ms": round_s * 1e3, "c_token_us": token_s * 1e6, "c_kv_ns": 0.0, "per_round": True,
+            "c_fixed_ms": round_s * 1e3, "c_pass_ms": pass_s * 1e3, "c_token_us": token_s * 1e6, "c_kv_ns": 0.0,
+            "per_round": True,
             "source": f"specgauge calibrate: speculative serve runs' cost beyond verification ({split_note})"})
     out.write_text(text)
     points = pd.DataFrame({"measurement": fit.labels, "measured_ms": fit.measured * 1e3,
