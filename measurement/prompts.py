@@ -128,21 +128,17 @@ def _probe(path: Path, tok: Tokenize) -> list[Request]:
 
 def read_requests(path: str | Path, tokenizer_path: str | None) -> list[Request]:
     """The requests of a prompt file (see the module docstring); every error is one line."""
+    from specgauge import validate
+
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise MeasurementInputError(f"cannot read prompts {str(path)!r}: {exc.strerror}") from None
+    raw = validate.read_input_bytes(path, "prompts")  # a regular file of a sane size: else one line, exit 2
     tok = Tokenize(tokenizer_path)
     first = raw.split(b"\n", 1)[0]
     if b"specgauge-probe/" in first:
         return _probe(path, tok)
-    text = raw.decode("utf-8", errors="replace")
+    text = validate.decode_utf8(raw, validate.where(path))
     if path.suffix.lower() == ".json":
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise MeasurementInputError(f"{path} is not valid JSON: {exc}") from None
+        data = validate.loads_json(text, validate.where(path))
         if not isinstance(data, list) or not data:
             raise MeasurementInputError(f"{path}: a ShareGPT-style file is a non-empty JSON list")
         return [Request(_item(item, tok, f"{path}[{i}]"), origin=f"{path.name}[{i}]") for i, item in enumerate(data)]
@@ -152,7 +148,7 @@ def read_requests(path: str | Path, tokenizer_path: str | None) -> list[Request]
             continue
         try:
             item = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise MeasurementInputError(f"{path}:{number}: not a JSON line") from None
         out.append(Request(_item(item, tok, f"{path}:{number}"), origin=f"{path.name}:{number}"))
     if not out:

@@ -286,11 +286,15 @@ class TraceAcceptance(_AcceptanceBase):
     @classmethod
     def from_csv(cls, path: str | Path, column: str = "accepted") -> "TraceAcceptance":
         """Read per-round accepted counts from column ``column`` of a CSV file."""
+        import io
+
+        from specgauge import validate
+
+        text = validate.read_input_text(path, "acceptance trace")  # a regular file of a sane size, UTF-8: else one line, exit 2
         try:
-            with open(path, newline="") as handle:
-                rows = list(csv.DictReader(handle))
-        except OSError as exc:
-            raise InputFileError(f"cannot read acceptance trace {str(path)!r}: {exc.strerror or exc}") from None
+            rows = list(csv.DictReader(io.StringIO(text, newline="")))
+        except csv.Error as exc:
+            raise InputFileError(f"acceptance trace {str(path)!r} is not valid CSV: {exc}") from None
         if not rows or column not in rows[0]:
             raise ConfigError(f"acceptance trace {str(path)!r} has no column {column!r}")
         try:

@@ -49,18 +49,17 @@ class ReplayAcceptance(_AcceptanceBase):
     @classmethod
     def from_jsonl(cls, path: str | Path, method: str = "eagle") -> "ReplayAcceptance":
         """Read a JSONL trace; ``method`` picks ``acc_<method>`` in SpecDecode-Bench's layout."""
-        try:
-            lines = Path(path).read_text().splitlines()
-        except OSError as exc:
-            raise InputFileError(f"cannot read acceptance trace {str(path)!r}: {exc.strerror or exc}") from None
+        from specgauge import validate
+
+        lines = validate.read_input_text(path, "acceptance trace").splitlines()  # a regular file of a sane size, UTF-8
         traces, positional = [], None
         for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
-            except ValueError as exc:
-                raise ConfigError(f"{path}:{number}: not JSON: {exc}") from None
+            except (ValueError, RecursionError) as exc:
+                raise InputFileError(f"{path}:{number}: not JSON: {validate.one_line(exc)}") from None
             counts, kind = _counts(record, method, f"{path}:{number}")
             if positional is not None and kind != positional:
                 raise ConfigError(f"{path}:{number}: mixes per-position and per-step traces")

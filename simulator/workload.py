@@ -46,11 +46,13 @@ def _lengths(rng: np.random.Generator, dist: str, mean: int, n: int) -> np.ndarr
 
 def read_trace(path: str | Path) -> dict[str, np.ndarray]:
     """A CSV with ``arrival_s`` (or ``timestamp``) and optionally ``prompt_len``/``output_len``."""
+    import io
+
+    text = validate.read_input_text(path, "workload trace")  # a regular file of a sane size, UTF-8: else one line, exit 2
     try:
-        with open(path, newline="") as handle:
-            rows = list(csv.DictReader(handle))
-    except OSError as exc:
-        raise InputFileError(f"cannot read workload trace {str(path)!r}: {exc.strerror or exc}") from None
+        rows = list(csv.DictReader(io.StringIO(text, newline="")))
+    except csv.Error as exc:
+        raise InputFileError(f"workload trace {str(path)!r} is not valid CSV: {exc}") from None
     if not rows:
         raise ConfigError(f"workload trace {str(path)!r} is empty")
     columns = [c for c in rows[0].keys() if c is not None]  # None: cells beyond a short (or blank) header

@@ -21,6 +21,8 @@ import argparse
 import contextlib
 import json
 import math
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -226,14 +228,15 @@ class _PathKind(Kind):
 
 @dataclass(frozen=True)
 class InputFile(_PathKind):
-    """A path to an existing file (not a folder)."""
+    """A path to an existing regular file of at most ``MAX_INPUT_BYTES`` (not a folder, pipe or device)."""
 
     noun = "an existing file"
 
     def check(self, value: Any) -> Path:
         path = self.path(value)
-        if not path.is_file():
-            raise ValueError(f"{str(path)!r} does not exist; expected {self.what}")
+        problem = input_file_problem(path)
+        if problem is not None:
+            raise ValueError(f"{str(path)!r} {problem}; expected {self.what}")
         return path
 
 
@@ -261,6 +264,9 @@ non_negative = Real(low=0.0)
 fraction = Real(low=0.0, high=1.0)
 probability = Real(low=0.0, high=1.0, low_open=True, high_open=True)
 tv = Real(low=0.0, high=1.0, low_open=True, high_open=True, noun="a total-variation distance")
+#: the finest TV a certification is sized for: finer needs over 10^12 rows, past any machine (and float range)
+MIN_CERTIFIED_TV = 1e-6
+certified_tv = Real(low=MIN_CERTIFIED_TV, high=1.0, high_open=True, noun="a total-variation distance")
 false_fail = Real(low=MIN_FALSE_FAIL, high=1.0, high_open=True, noun="a false-fail rate")
 seconds = Real(low=0.0, low_open=True, noun="a number of seconds")
 
@@ -352,36 +358,125 @@ def table(value: Any, place: Where, allowed: Sequence[str] | None = None) -> Map
     return value
 
 
-def _read_text(path: Path | str) -> str:
-    place = where(path)
+# ---------------------------------------------------------------- reading input files
+
+#: The largest input file read. Every input (measurements, traces, profiles, prompts, probe
+#: files) is read whole, so a bound keeps a wrong path (a device, a multi-GB dump) from
+#: filling memory; the largest real inputs (a probe of a certification's size) are tens of MB.
+MAX_INPUT_BYTES = 1 << 30
+
+_NOT_REGULAR = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+                (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                (stat.S_ISSOCK, "a socket"))
+
+
+def _mode_problem(mode: int, size: int) -> str | None:
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _NOT_REGULAR if test(mode)), "not a regular file")
+        return f"is {kind}, not a regular file (input files are read whole)"
+    if size > MAX_INPUT_BYTES:
+        return (f"is {size / 2**30:,.1f} GiB, more than the {MAX_INPUT_BYTES / 2**30:g} GiB an input file may be "
+                "(input files are read whole)")
+    return None
+
+
+def input_file_problem(path: Path | str) -> str | None:
+    """Why ``path`` cannot be read as an input file (missing, not a regular file, too large), or None.
+
+    Found with ``stat``, never by opening it: opening a FIFO blocks, and reading a device
+    such as /dev/zero never ends."""
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except IsADirectoryError:
-        raise place.error("is a folder, not a file") from None
+        info = os.stat(path)
     except FileNotFoundError:
-        raise place.error("does not exist") from None
-    except UnicodeDecodeError as exc:
-        raise place.error(f"is not UTF-8 text (byte {exc.start})") from None
+        return "does not exist"
+    except NotADirectoryError:
+        return "does not exist (a part of the path is not a folder)"
+    except OSError as exc:
+        return f"cannot be read: {exc.strerror or exc}"
+    except ValueError as exc:  # an embedded NUL byte
+        return f"is not a usable path: {exc}"
+    return _mode_problem(info.st_mode, info.st_size)
+
+
+def _named(path: Path | str, what: str | None) -> Where:
+    """The place of a whole file; with ``what`` (``"acceptance trace"``) the line names the kind."""
+    return where(path if what is None else f"cannot read {what + ' ' if what else ''}{str(path)!r}")
+
+
+def checked_input_file(path: Path | str, what: str | None = None) -> Path:
+    """``path`` as a readable input file, or a one-line ``InputFileError`` (exit status 2) naming it."""
+    problem = input_file_problem(path)
+    if problem is not None:
+        raise _named(path, what).error(problem)
+    return Path(path)
+
+
+def read_input_bytes(path: Path | str, what: str | None = None) -> bytes:
+    """The bytes of an input file, checked first (``checked_input_file``) and read at most
+    ``MAX_INPUT_BYTES``: the file is opened without blocking and checked again once open, so
+    a path swapped for a pipe in between cannot hang the read."""
+    checked_input_file(path, what)
+    place = _named(path, what)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
     except OSError as exc:
         raise place.error(f"cannot be read: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        problem = _mode_problem(info.st_mode, info.st_size)
+        if problem is not None:
+            raise place.error(problem)
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(MAX_INPUT_BYTES + 1)
+    except OSError as exc:
+        raise place.error(f"cannot be read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_INPUT_BYTES:
+        raise place.error(f"is more than the {MAX_INPUT_BYTES / 2**30:g} GiB an input file may be")
+    return data
 
 
-def read_json(path: Path | str) -> Any:
-    """A JSON document; a syntax error names its line and column."""
-    text = _read_text(path)
+def decode_utf8(data: bytes, place: "Where") -> str:
+    """Bytes as UTF-8 text; otherwise one line naming the line and byte of the first bad one."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise place.at(line=line).error(f"is not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 1]!r})"
+                                        ) from None
+
+
+def read_input_text(path: Path | str, what: str | None = None) -> str:
+    """An input file's UTF-8 text (``read_input_bytes``, then decoded with a one-line error)."""
+    return decode_utf8(read_input_bytes(path, what), where(path))
+
+
+
+def loads_json(text: str | bytes, place: "Where") -> Any:
+    """``json.loads`` with its errors in one line at ``place``: a syntax error names the
+    line and column, and nesting too deep for the parser is refused, not a crash."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise where(path, exc.lineno).error(f"not valid JSON: {exc.msg} (column {exc.colno})") from None
+        raise place.at(line=(place.line or 1) + exc.lineno - 1).error(
+            f"not valid JSON: {exc.msg} (column {exc.colno})") from None
     except RecursionError:
-        raise where(path).error("not valid JSON: nested too deeply") from None
+        raise place.error("not valid JSON: nested too deeply") from None
+    except (ValueError, TypeError) as exc:  # bytes that are not UTF-8, and other decoding errors
+        raise place.error(f"not valid JSON: {one_line(exc)}") from None
+
+
+def read_json(path: Path | str, what: str | None = None) -> Any:
+    """A JSON document; a syntax error names its line and column."""
+    return loads_json(read_input_text(path, what), where(path))
 
 
 def read_toml(path: Path | str) -> dict:
     """A TOML document; a syntax error says where."""
     import tomllib
 
-    text = _read_text(path)
+    text = read_input_text(path)
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -392,15 +487,10 @@ def read_toml(path: Path | str) -> dict:
 
 def read_jsonl(path: Path | str) -> Iterator[tuple[Where, Any]]:
     """(place, object) per non-blank line of a JSON-lines file; a bad line names its number."""
-    for number, line in enumerate(_read_text(path).splitlines(), start=1):
+    for number, line in enumerate(read_input_text(path).splitlines(), start=1):
         if not line.strip():
             continue
-        try:
-            yield where(path, number), json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise where(path, number).error(f"not valid JSON: {exc.msg} (column {exc.colno})") from None
-        except RecursionError:
-            raise where(path, number).error("not valid JSON: nested too deeply") from None
+        yield where(path, number), loads_json(line, where(path, number))
 
 
 def one_line(exc: BaseException) -> str:

@@ -20,6 +20,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -78,8 +79,11 @@ def run(argv: list[str]) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-def assert_clean(code: int, err: str, folder: Path | None = None, before: set[str] | None = None) -> None:
-    """No traceback, no internal error; an error is exactly one line and leaves no output behind."""
+def assert_clean(code: int, err: str, folder: Path | None = None, before: set[str] | None = None,
+                 status: Callable[[str], int] = lambda line: 2) -> None:
+    """No traceback, no internal error; an error is exactly one line, has the documented exit
+    status (``status`` of the line: 2 for what the user gave wrong, 1 for a failure while
+    working, docs/development.md) and leaves no output behind."""
     assert "Traceback" not in err and code != INTERNAL_ERROR, err
     errors = [line for line in err.splitlines() if ERROR_LINE.match(line)]
     assert len(errors) <= 1, err
@@ -88,6 +92,7 @@ def assert_clean(code: int, err: str, folder: Path | None = None, before: set[st
         assert not errors, err
         return
     if errors:
+        assert code == status(errors[0]), f"exit status {code}, not {status(errors[0])}, for: {errors[0]}"
         if folder is not None:
             left = {p.name for p in folder.iterdir()} - (before or set())
             assert not left, f"{sorted(left)} left behind after: {errors[0]}"
@@ -310,6 +315,10 @@ READERS = {
                                                   "--decoder", "fuzzdec:Decoder", "--csv", "OUT.csv"]),
 }
 
+#: reader -> the exit status of its error line, where it is not 2: a decoder module that loads
+#: and then raises inside ``verify`` fails while working (1); one that cannot load is a usage error
+STATUS: dict[str, Callable[[str], int]] = {"decoder-module": lambda line: 1 if "decoder's verify raised" in line else 2}
+
 #: reader -> why it may still crash (a strict expected failure would be wrong: a fuzz case may not hit it)
 KNOWN_FAILURES: dict[str, str] = {}
 
@@ -358,6 +367,84 @@ def test_malformed_input_files_are_one_line_and_write_nothing(name, workdir):
     @given(content=malformed(_valid(name)))
     def check(content):
         code, err, before = _run_reader(name, content, folder)
-        assert_clean(code, err, folder, before)
+        assert_clean(code, err, folder, before, STATUS.get(name, lambda line: 2))
 
     check()
+
+
+# ---------------------------------------------------------------- 4. input files that are not regular files
+
+#: Every input-file option of every subcommand, with FILE where the path goes: READERS' own
+#: commands and the readers only these reach (a decoder module is imported, not read: left out)
+INPUT_FILE_OPTIONS = {
+    **{name: (file_name, argv) for name, (file_name, _, argv) in READERS.items() if name != "decoder-module"},
+    "plan-acceptance-json": ("r.json", ["plan", "--acceptance", "FILE", "--csv", "OUT.csv"]),
+    "plan-acceptance-jsonl": ("r.jsonl", ["plan", "--acceptance", "FILE:eagle", "--csv", "OUT.csv"]),
+    "plan-acceptance-plain": ("measured", ["plan", "--acceptance", "FILE", "--csv", "OUT.csv"]),
+    "compare-baseline": ("off.jsonl", ["compare", "STEPS", "--baseline", "FILE", "--csv", "OUT.csv"]),
+    "acceptance-prompts": ("p.jsonl", ["acceptance", "--target", "toy:bigram-v6-mid", "--draft", "ngram",
+                                       "--prompts", "FILE", "--no-plot", "--csv", "OUT.csv"]),
+    "probe-prompts": ("p.jsonl", ["probe", "http://127.0.0.1:9", "--prompts", "FILE", "--out", "OUT.jsonl"]),
+}
+
+
+class Hung(Exception):
+    """A case ran past its time limit (a read that blocks or never ends)."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float):
+    """Raise ``Hung`` in this (the main) thread after ``seconds``: a blocked ``open`` of a FIFO
+    or an endless read returns to Python on the signal (PEP 475) and the exception ends it."""
+    import signal
+
+    def expire(signum, frame):
+        raise Hung(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _not_regular(kind: str, path: Path) -> str:
+    """Make ``path`` a FIFO, a link to /dev/zero, a folder or a (sparse) file one byte over the
+    size limit; returns the words the refusal must hold."""
+    from specgauge.validate import MAX_INPUT_BYTES
+
+    if kind == "fifo":
+        os.mkfifo(path)
+        return "named pipe (FIFO), not a regular file"
+    if kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+        return "character device, not a regular file"
+    if kind == "folder":
+        path.mkdir()
+        return "folder"
+    with open(path, "wb") as handle:  # sparse: no disk is used, and the file is never read
+        handle.truncate(MAX_INPUT_BYTES + 1)
+    return "GiB an input file may be"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX FIFOs")
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "folder", "oversized"])
+@pytest.mark.parametrize("name", sorted(INPUT_FILE_OPTIONS))
+def test_an_input_file_that_is_not_a_regular_file_is_refused_at_once(name, kind, workdir):
+    """A FIFO would block the read, /dev/zero would fill memory, a folder or a file past the
+    limit cannot be an input: each is one line, exit status 2, within seconds, nothing written."""
+    if name == "probe-jsonl" or name == "compare-baseline":
+        pytest.importorskip("httpx2")
+    folder = fresh(workdir)
+    file_name, argv = INPUT_FILE_OPTIONS[name]
+    (folder / "steps.csv").write_text(STEPS_CSV if name != "compare-baseline" else probe_jsonl())
+    words = _not_regular(kind, folder / file_name)
+    before = {p.name for p in folder.iterdir()}
+    argv = [a.replace("FILE", str(folder / file_name)).replace("STEPS", str(folder / "steps.csv"))
+            .replace("OUT", str(folder / "out")) for a in argv]
+    with time_limit(20):
+        code, _, err = run(argv)
+    assert_clean(code, err, folder, before)
+    assert code == 2 and words in err, err

@@ -123,13 +123,10 @@ def _fractions(values: list[float], origin: str) -> tuple[list[float], str]:
 
 def from_vllm_json(path: Path) -> AcceptanceSpec:
     """Acceptance from a ``vllm bench serve --save-result`` file (see the module docstring)."""
+    from specgauge import validate
+
     origin = f"vLLM result {str(path)!r}"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise AcceptanceError(f"cannot read {origin}: {exc.strerror}") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise AcceptanceError(f"{origin} is not valid JSON: {exc}") from None
+    data = validate.read_json(path, "vLLM result")  # a regular file of a sane size, valid JSON: else one line, exit 2
     if not isinstance(data, dict):
         raise AcceptanceError(f"{origin} is not a JSON object")
     per_position = data.get(VLLM_PER_POSITION_KEY)
@@ -164,7 +161,7 @@ def parse_acceptance(text: str) -> AcceptanceSpec:
         path, _, method = text.partition(".jsonl")
         return AcceptanceSpec((), f"replayed per request from {path}.jsonl{method}",
                               replay=(path + ".jsonl", method.lstrip(":") or "eagle"))
-    if text.lower().endswith(".json") or Path(text).is_file():
+    if text.lower().endswith(".json") or Path(text).exists():  # a pipe or device too: refused as a file
         return from_vllm_json(Path(text))
     parts = [p.strip() for p in text.split(",")]
     try:

@@ -135,17 +135,16 @@ def load_prompts(path: Path | str | None) -> list[str]:
     if path is None:
         return list(BUILTIN_PROMPTS)
     prompts: list[str] = []
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise InputFileError(f"cannot read prompts {str(path)!r}: {exc.strerror}") from None
+    lines = validate.read_input_text(path, "prompts").splitlines()  # a regular file of a sane size, UTF-8: else one line
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             item = json.loads(line)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             raise ConfigError(f"{path}:{number}: not a JSON line") from None
+    from specgauge import validate
+
         prompt = item.get("prompt") if isinstance(item, dict) else item
         if not isinstance(prompt, str):
             raise ConfigError(f'{path}:{number}: expected {{"prompt": "..."}} or a JSON string')
@@ -161,7 +160,7 @@ def load_prompts(path: Path | str | None) -> list[str]:
 def _parse(line: bytes) -> dict[str, Any] | None:
     try:
         value = json.loads(line)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
 
@@ -169,10 +168,7 @@ def _parse(line: bytes) -> dict[str, Any] | None:
 def read_probe(path: Path | str) -> ProbeRun:
     """Read a probe JSONL; a torn last line (an interrupted write) is ignored."""
     path = Path(path)
-    try:
-        lines = path.read_bytes().split(b"\n")
-    except OSError as exc:
-        raise InputFileError(f"cannot read {str(path)!r}: {exc.strerror}") from None
+    lines = validate.read_input_bytes(path, "").split(b"\n")  # a regular file of a sane size: else one line, exit 2
     header = _parse(lines[0]) if lines else None
     if not header or header.get("format") != FORMAT:
         raise InputFileError(f"{path} is not a specgauge probe file (no {FORMAT} header)")
@@ -180,6 +176,8 @@ def read_probe(path: Path | str) -> ProbeRun:
     if not (isinstance(params, dict) and isinstance(params.get("max_tokens"), int) and params["max_tokens"] >= 1
             and isinstance(prompts, list) and all(isinstance(p, str) for p in prompts)
             and isinstance(header.get("capabilities", {}), dict)):
+    from specgauge import validate
+
         raise InputFileError(f"{path}: the header is malformed (it needs params with max_tokens, and the prompts)")
     records = [r for r in map(_parse, lines[1:]) if r is not None and "p" in r and "s" in r]
     n_prompts = len(header.get("prompts") or [])
