@@ -134,6 +134,8 @@ def load_prompts(path: Path | str | None) -> list[str]:
     """Prompts from a JSONL file (``{"prompt": ...}`` or a bare JSON string per line), else the built-in set."""
     if path is None:
         return list(BUILTIN_PROMPTS)
+    from specgauge import validate
+
     prompts: list[str] = []
     lines = validate.read_input_text(path, "prompts").splitlines()  # a regular file of a sane size, UTF-8: else one line
     for number, line in enumerate(lines, 1):
@@ -143,8 +145,6 @@ def load_prompts(path: Path | str | None) -> list[str]:
             item = json.loads(line)
         except (json.JSONDecodeError, RecursionError):
             raise ConfigError(f"{path}:{number}: not a JSON line") from None
-    from specgauge import validate
-
         prompt = item.get("prompt") if isinstance(item, dict) else item
         if not isinstance(prompt, str):
             raise ConfigError(f'{path}:{number}: expected {{"prompt": "..."}} or a JSON string')
@@ -167,6 +167,8 @@ def _parse(line: bytes) -> dict[str, Any] | None:
 
 def read_probe(path: Path | str) -> ProbeRun:
     """Read a probe JSONL; a torn last line (an interrupted write) is ignored."""
+    from specgauge import validate
+
     path = Path(path)
     lines = validate.read_input_bytes(path, "").split(b"\n")  # a regular file of a sane size: else one line, exit 2
     header = _parse(lines[0]) if lines else None
@@ -176,8 +178,6 @@ def read_probe(path: Path | str) -> ProbeRun:
     if not (isinstance(params, dict) and isinstance(params.get("max_tokens"), int) and params["max_tokens"] >= 1
             and isinstance(prompts, list) and all(isinstance(p, str) for p in prompts)
             and isinstance(header.get("capabilities", {}), dict)):
-    from specgauge import validate
-
         raise InputFileError(f"{path}: the header is malformed (it needs params with max_tokens, and the prompts)")
     records = [r for r in map(_parse, lines[1:]) if r is not None and "p" in r and "s" in r]
     n_prompts = len(header.get("prompts") or [])
