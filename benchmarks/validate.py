@@ -26,6 +26,7 @@ from specgauge.simulator.cost import PassCost, RoundCost
 SPECDECODE, VLLM_BLOG, VLLM_V1, EAGLE3, MAGICDEC = "[1]", "[2]", "[3]", "[4]", "[5]"
 SGLANG_MTP, TRT_NGRAM, TRT_MTP, TRT_R1 = "[6]", "[7]", "[8]", "[9]"
 AMD_MTP, AMD_EAGLE3, SGLANG_CAP, VLLM_DRAFT_TP = "[10]", "[11]", "[12]", "[13]"
+VLLM_K = "[14]"
 SOURCES = {
     SPECDECODE: "SpecDecode-Bench, \"Speculative Decoding: Performance or Illusion?\", arXiv 2601.11580, and its "
                 "simulator's predictor.py (github.com/SpecDecode-Bench/simulator): vLLM v0.10.1 on H100",
@@ -83,6 +84,12 @@ SOURCES = {
                    "not take effect\") report the head running at the target's TP whatever is set; the fix, pull "
                    "request #31705, was closed unmerged (vllm-ascend merged its own, #5519). The V1 EagleProposer "
                    "runs its passes under piecewise CUDA graphs unless enforce_eager (use_cuda_graph)",
+    VLLM_K: "vLLM issue #20780 (github.com/vllm-project/vllm/issues/20780, 10 Jul 2025, by the author of vLLM's V1 "
+            "EAGLE benchmarks): Llama-3.1-8B-Instruct at batch 1, MT-Bench, vLLM V1, EAGLE-1 and EAGLE-3 heads at "
+            "K = 2-7; acceptance length of EAGLE-3 2.36, 2.79, 3.08, 3.32, 3.46, 3.54 and its TPOT 4.32, 4.09, 4.05, "
+            "4.13, 4.20, 4.29 ms against 7.07 ms without speculation (best K = 4; EAGLE-1's best K = 3). The GPU is "
+            "not stated there; the same author's runs of this setup in pull request #16937 are on one H100 "
+            "(vanilla 133 tok/s, i.e. 7.5 ms)",
 }
 
 
@@ -182,6 +189,24 @@ def replay_rows(add, data_dir: str) -> None:
     add("speed-up, Llama-3.1-8B + EAGLE-3, batch 128, measured acceptance", SPECDECODE, 1.29,
         float(row["speedup_vs_no_spec"]), "none: the source's ShareGPT EAGLE-3 traces replayed per request",
         f"{prompt} + {output} tokens (the traces' means), γ = 3; {trace.expected_tokens_per_pass(3):.2f} tokens a pass")
+
+
+#: [14]: EAGLE-3 on Llama-3.1-8B at batch 1: K -> (acceptance length, TPOT ms); 7.07 ms without speculation.
+EAGLE3_K = {2: (2.36, 4.32), 3: (2.79, 4.09), 4: (3.08, 4.05), 5: (3.32, 4.13), 6: (3.46, 4.20), 7: (3.54, 4.29)}
+
+
+def draft_length_rows(add, profiles: str | None = None) -> None:
+    """The speed-up over draft length at batch 1 ([14]): α from each K's own accepted length, the
+    speed-up predicted (TPOT ratio of the decode phase); no row fits a cost."""
+    config = SimulationConfig(gpu="h100", target="llama-3.1-8b", draft="eagle", prompt_len=128, output_len=256,
+                              batch_size=1, requests=4, profiles=profiles)
+    for k, (length, tpot) in EAGLE3_K.items():
+        alpha = alpha_for_length(k, length)
+        add(f"decode speed-up, Llama-3.1-8B + EAGLE-3, K = {k}, batch 1", VLLM_K, round(7.07 / tpot, 4),
+            speedup(replace(config, gamma=k), alpha, decode=True),
+            alpha_label(alpha, f"from this K's accepted length {length}"),
+            "MT-Bench: 128 + 256 tokens assumed; H100 assumed (see [14]); TPOT ratio" if k == 2 else
+            ("the measured best K" if k == 4 else ""), curve_end=k == 7)
 
 
 R1_LENGTHS = {1: 1.92, 2: 2.58, 3: 2.82, 4: 2.99, 5: 3.01}   # [9]: accepted length per MTP step count
@@ -429,6 +454,7 @@ def rows(specdecode_data: str | None = None, profiles: str | None = None) -> lis
                 "calibration": alpha_label(alpha_m, "from the batch-256 row"), "curve_end": False,
                 "note": "MagicDec: the speed-up grows with batch size at long context; simulated "
                         + ("it grows" if small < out[-1]["simulated"] else "it does not grow")})
+    draft_length_rows(add, profiles)
     moe_rows(add, profiles)
     if profiles is None:
         MOE_SUMMARY[:] = moe_curve_rows(add)

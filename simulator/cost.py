@@ -23,7 +23,7 @@ Every ``PassCost`` names its ``source``. All methods broadcast over NumPy arrays
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
@@ -97,12 +97,18 @@ class PassCost:
         else:
             attn = 4.0 * model.layers * model.heads * model.head_dim
         # from_shape splits KV over tp; MLA's latent is replicated, so its per-GPU bytes are scaled back up.
-        return cls.from_shape(gpu, linear_params=model.linear_params, kv_bytes_per_token=model.kv_bytes_per_gpu(tp) * tp,
+        cost = cls.from_shape(gpu, linear_params=model.linear_params, kv_bytes_per_token=model.kv_bytes_per_gpu(tp) * tp,
                               attn_flops_per_ctx=attn, layers=model.layers, hidden=model.hidden,
                               dtype_bytes=model.dtype_bytes, tp=tp, layer_overhead_us=layer_overhead_us,
                               weight_params=model.dense_weight_params, expert_params=model.expert_params,
                               moe_layers=model.moe_layers, experts=model.experts,
                               experts_per_token=model.experts_per_token, measured_experts=model.measured_experts)
+        if not model.is_moe:
+            return cost
+        # A MoE pass's GEMMs are many small ones (a few tokens per expert): their time adds to
+        # the expert reads instead of hiding under them, at a lower efficiency than a dense
+        # GEMM's (GPU.moe_knee, GPU.moe_token_factor: what published MoE serve curves measured).
+        return replace(cost, c_token=cost.c_token * gpu.moe_token_factor, knee=gpu.moe_knee)
 
     @classmethod
     def from_fit(cls, fit: StepFit, attn_from: "PassCost | None" = None) -> "PassCost":

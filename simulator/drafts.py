@@ -150,10 +150,11 @@ class Draft:
         return DEFAULT_ACCEPTANCE[self.kind]
 
 
-def _with_pass_overhead(cost: PassCost, gpu: GPU) -> PassCost:
-    """A head's pass plus the engine's own work around it (``GPU.draft_pass_overhead_ms``): the
-    proposer prepares each pass's inputs and samples its token outside the captured graph."""
-    return replace(cost, c_fixed=cost.c_fixed + gpu.draft_pass_overhead_ms * 1e-3)
+def _with_pass_overhead(kind: str, cost: PassCost, gpu: GPU) -> PassCost:
+    """An EAGLE head's pass plus the proposer's own work around it (``GPU.draft_pass_overhead_ms``):
+    vLLM's EAGLE proposer prepares each pass's inputs and samples its token outside the captured
+    graph. MTP modules run their steps inside the engine's graphs (SGLang, TensorRT-LLM): no extra."""
+    return replace(cost, c_fixed=cost.c_fixed + gpu.draft_pass_overhead_ms * 1e-3) if kind == "eagle" else cost
 
 
 def _head_params(target: Model, kind: str) -> tuple[int, int]:
@@ -232,7 +233,7 @@ def build_draft(name: str | None, *, gpu: GPU, target: Model, target_cost: PassC
     else:
         moe = kind == "mtp" and target.is_moe
         routed = target.experts_per_token * target.expert_params if moe else 0
-        cost = PassDraft(_with_pass_overhead(PassCost.from_shape(
+        cost = PassDraft(_with_pass_overhead(kind, PassCost.from_shape(
             gpu, linear_params=linear, kv_bytes_per_token=kv, attn_flops_per_ctx=4.0 * target.heads * target.head_dim,
             layers=2, hidden=target.hidden, dtype_bytes=head_bytes, tp=dtp, weight_params=linear - routed,
             expert_params=target.expert_params if moe else 0.0, moe_layers=int(moe), experts=target.experts if moe else 0,

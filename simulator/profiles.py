@@ -63,13 +63,15 @@ class GPU:
     compute_efficiency: float | None = 0.75  # MFU of the batched-token GEMMs; None: same as efficiency
     layer_overhead_us: float = 25.0     # per layer of a CUDA-graphed forward pass
     draft_layer_overhead_us: float = 65.0  # per layer of a separate draft model's pass (eager proposer)
-    draft_pass_overhead_ms: float = 0.38   # the engine's own work per pass of a head (EAGLE, MTP): inputs, sampling
+    draft_pass_overhead_ms: float = 0.38   # the proposer's own work per pass of an EAGLE head: inputs, sampling
     step_overhead_ms: float = 1.21      # engine per step, with or without speculation (scheduler, input prep)
     spec_overhead_ms: float = 0.0       # extra per speculative step beyond the proposer's own cost
     sample_us_per_token: float = 1.0    # sampling / verification per batched token
     allreduce_latency_us: float = 10.0
     non_torch_gib: float = 1.0          # CUDA context, NCCL and cuBLAS workspaces, CUDA graphs
     knee: float = KNEE                  # sharpness of the pass's memory-to-compute knee (cost.blend)
+    moe_knee: float = 1.0               # ... of a MoE target's pass: its per-token GEMM time adds to the expert reads
+    moe_token_factor: float = 3.2       # a MoE pass's per-token cost over the dense prior's (small grouped GEMMs)
     source: str = "datasheet prior"
 
     def __post_init__(self) -> None:
@@ -89,6 +91,11 @@ class GPU:
             if not getattr(self, name) >= 0:
                 raise ConfigError(f"GPU profile {self.name!r}: {name} must be >= 0")
         _check_knee(f"GPU profile {self.name!r}", self.knee)
+        _check_knee(f"GPU profile {self.name!r} (moe_knee)", self.moe_knee)
+        if not (isinstance(self.moe_token_factor, (int, float)) and math.isfinite(self.moe_token_factor)
+                and self.moe_token_factor >= 1):
+            raise ConfigError(f"GPU profile {self.name!r}: moe_token_factor must be a number >= 1, "
+                              f"got {self.moe_token_factor!r}")
 
     @property
     def mfu(self) -> float:

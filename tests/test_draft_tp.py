@@ -48,7 +48,7 @@ def test_head_at_tp1_is_its_whole_shape_on_one_gpu():
     assert step.c_weight == pytest.approx(linear * EAGLE_DRAFT_BYTES / (gpu.bandwidth * gpu.efficiency))
     assert step.c_fixed == pytest.approx(2 * gpu.layer_overhead_us * 1e-6 + gpu.draft_pass_overhead_ms * 1e-3)
     wide = resolve(SimulationConfig(**MINIMAX)).draft.cost.step
-    assert wide == _with_pass_overhead(PassCost.from_shape(gpu, linear_params=linear, kv_bytes_per_token=target.kv_bytes_per_token / target.layers,
+    assert wide == _with_pass_overhead("eagle", PassCost.from_shape(gpu, linear_params=linear, kv_bytes_per_token=target.kv_bytes_per_token / target.layers,
                                        attn_flops_per_ctx=4.0 * target.heads * target.head_dim, layers=2,
                                        hidden=target.hidden, dtype_bytes=EAGLE_DRAFT_BYTES, tp=4), gpu)
     # per sequence the TP-1 head costs more as the batch grows (its tokens are not split), a
