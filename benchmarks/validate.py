@@ -1,6 +1,6 @@
 """The simulator against published measurements: writes the validation table of docs/validation.md.
 
-    python benchmarks/validate.py [--csv validation.csv] [--specdecode-data DIR] [--knee-study]
+    python benchmarks/validate.py [--csv validation.csv] [--specdecode-data DIR] [--knee-study] [--loso]
 
 Each row: the setup, its source, the published figure, the simulated one, their ratio,
 its role and the calibration used. Roles: ``calibrated`` (α bisected so that this row's
@@ -9,7 +9,8 @@ simulated speed-up equals the published one: it matches by construction), ``pred
 from the same source's lowest-load point, or from another source), ``check`` (a pass time or cost ratio against the profile it was read from).
 Lengths the sources do not state are assumptions, named in the row. ``--knee-study``
 reruns the predicted rows at each knee of the datasheet prior (fit on one source, predict
-the others).
+the others). ``--loso`` is the out-of-sample check: leave one source out, refit what the
+table taught the simulator without it, predict its rows (``loso``).
 """
 
 from __future__ import annotations
@@ -336,10 +337,25 @@ def _fitted_profile(config: SimulationConfig, points: dict, per_token, path: str
     return path, f"step model fitted on the source's no-speculation points ({fit.describe()}, rms {fit.rms_error:.1%})"
 
 
-def moe_curve_rows(add, workdir: str = "/tmp") -> list[dict]:
-    """The MoE load curves: α at the lowest concurrency, the rest predicted; returns each curve's summary."""
+def moe_curve_rows(add, workdir: str = "/tmp", profiles: str | None = None, prior_only: bool = False) -> list[dict]:
+    """The MoE load curves: α at the lowest concurrency, the rest predicted; returns each curve's summary.
+    ``prior_only``: the shipped prior (with ``profiles``) instead of a step model fitted on the curve's
+    own no-speculation points, as a user without measurements gets it."""
     import os
 
+    if prior_only:
+        for name, spec in MOE_CURVES.items():
+            config, points = replace(spec["config"], profiles=profiles), spec["points"]
+            conc = sorted(points)
+            low = conc[0]
+            alpha = calibrate_alpha(replace(config, batch_size=low, requests=max(10 * low, 16)), points[low][1])
+            for c in conc:
+                runs = dict(batch_size=c, requests=max(10 * c, 16) if c == low else max(4 * c, 16))
+                add(f"speed-up, {name}, concurrency {c}", spec["source"], points[c][1],
+                    speedup(replace(config, **runs), alpha),
+                    alpha_label(alpha, "calibrated here" if c == low else f"from concurrency {low}")
+                    + "; datasheet prior", role="calibrated" if c == low else "predicted", curve_end=c == conc[-1])
+        return []
     summaries = []
     for index, (name, spec) in enumerate(MOE_CURVES.items()):
         config, points = spec["config"], spec["points"]
@@ -381,8 +397,13 @@ def moe_curve_rows(add, workdir: str = "/tmp") -> list[dict]:
 MOE_SUMMARY: list[dict] = []
 
 
-def rows(specdecode_data: str | None = None, profiles: str | None = None) -> list[dict]:
+def rows(specdecode_data: str | None = None, profiles: str | None = None, only: str | None = None) -> list[dict]:
+    """The table's rows; with ``only`` a source, that source's rows alone, the MoE curves from the
+    datasheet prior (a leave-one-source-out fold: ``loso``)."""
     out = []
+
+    def need(*sources: str) -> bool:
+        return only is None or only in sources
 
     def add(setup, source, published, simulated, calibration, note="", role="predicted", curve_end=False):
         out.append({"setup": setup, "source": source, "published": published, "simulated": round(simulated, 3),
@@ -391,74 +412,199 @@ def rows(specdecode_data: str | None = None, profiles: str | None = None) -> lis
 
     h100_8b = SimulationConfig(gpu="h100", target="llama-3.1-8b", draft="eagle", gamma=3, profiles=profiles)
     ctx = 1047  # the context at which the fit's two published passes agree (13.9 and 9.9 ms)
-    add("Llama-3.1-8B decode step, batch 1, H100 (ms)", VLLM_V1, 5.0, _pass_ms(h100_8b, 1, 0, 512),
-        "shipped fit (the pass, no engine overhead)", "'as low as ~5 ms': the blog's best case; the fit's c_fixed "
-        "alone is 5.89 ms", role="check")
-    add("Llama-3.1-8B decode step, batch 64, H100 (ms)", SPECDECODE, 9.9, _pass_ms(h100_8b, 64, 0, ctx, prior=True),
-        "datasheet prior (no fit)", "the prior's bandwidth and FLOP fractions were read off this source's additive "
-        "fit; the knee makes the prior flatter than that fit below the ridge", role="check")
-    add("Llama-3.1-8B verify pass, γ=3, batch 64, H100 (ms)", SPECDECODE, 13.9, _pass_ms(h100_8b, 64, 3, ctx, prior=True),
-        "datasheet prior (no fit)", "same", role="check")
-    add("draft cost ratio c, Qwen3-8B + Qwen3-0.6B, H100", SPECDECODE, 0.375,
-        _ratio(SimulationConfig(gpu="h100", target="qwen3-8b", draft="qwen3-0.6b", gamma=3, profiles=profiles)),
-        "datasheet prior", "bare pass against bare pass; one launch cost per eager draft layer (65 us) set for both "
-        "c rows", role="check")
-    add("draft cost ratio c, Llama-70B TP4 + Llama-3.2-1B (TP1), H100", SPECDECODE, 0.125,
-        _ratio(SimulationConfig(gpu="h100", target="llama-3.1-70b", draft="llama-3.2-1b", tp=4, draft_tp=1, gamma=3,
-                                profiles=profiles)), "datasheet prior", "same constant", role="check")
+    if only is None:   # checks of a pass or a cost ratio: not predictions
+        add("Llama-3.1-8B decode step, batch 1, H100 (ms)", VLLM_V1, 5.0, _pass_ms(h100_8b, 1, 0, 512),
+            "shipped fit (the pass, no engine overhead)", "'as low as ~5 ms': the blog's best case; the fit's c_fixed "
+            "alone is 5.89 ms", role="check")
+        add("Llama-3.1-8B decode step, batch 64, H100 (ms)", SPECDECODE, 9.9, _pass_ms(h100_8b, 64, 0, ctx, prior=True),
+            "datasheet prior (no fit)", "the prior's bandwidth and FLOP fractions were read off this source's additive "
+            "fit; the knee makes the prior flatter than that fit below the ridge", role="check")
+        add("Llama-3.1-8B verify pass, γ=3, batch 64, H100 (ms)", SPECDECODE, 13.9, _pass_ms(h100_8b, 64, 3, ctx, prior=True),
+            "datasheet prior (no fit)", "same", role="check")
+        add("draft cost ratio c, Qwen3-8B + Qwen3-0.6B, H100", SPECDECODE, 0.375,
+            _ratio(SimulationConfig(gpu="h100", target="qwen3-8b", draft="qwen3-0.6b", gamma=3, profiles=profiles)),
+            "datasheet prior", "bare pass against bare pass; one launch cost per eager draft layer (65 us) set for both "
+            "c rows", role="check")
+        add("draft cost ratio c, Llama-70B TP4 + Llama-3.2-1B (TP1), H100", SPECDECODE, 0.125,
+            _ratio(SimulationConfig(gpu="h100", target="llama-3.1-70b", draft="llama-3.2-1b", tp=4, draft_tp=1, gamma=3,
+                                    profiles=profiles)), "datasheet prior", "same constant", role="check")
 
-    if specdecode_data:
+    if specdecode_data and need(SPECDECODE):
         replay_rows(add, specdecode_data)
 
-    # Batch-size curve, Llama-3.1-8B + EAGLE-3 on an H100: α calibrated at batch 64 (EAGLE-3 paper,
-    # SGLang), batch 128 predicted (SpecDecode-Bench, vLLM). Lengths assumed: 512 in, 512 out.
-    eagle = SimulationConfig(gpu="h100", target="llama-3.1-8b", draft="eagle", gamma=3, prompt_len=512,
-                             output_len=512, requests=256, profiles=profiles)
-    alpha_e = calibrate_alpha(replace(eagle, batch_size=64), 1.38)
-    add("speed-up, Llama-3.1-8B + EAGLE-3, batch 64", EAGLE3, 1.38, speedup(replace(eagle, batch_size=64), alpha_e),
-        alpha_label(alpha_e, "calibrated here"), "shipped fits; γ = 3 chain (SGLang drafts a tree); 512 + 512 tokens "
-        "assumed", role="calibrated")
-    add("speed-up, Llama-3.1-8B + EAGLE-3, batch 128", SPECDECODE, 1.29,
-        speedup(replace(eagle, batch_size=128, requests=384), alpha_e), alpha_label(alpha_e, "from the batch-64 row"),
-        "prediction across engines (SGLang -> vLLM)", curve_end=True)
+    if need(EAGLE3, SPECDECODE):
+        # Batch-size curve, Llama-3.1-8B + EAGLE-3 on an H100: α calibrated at batch 64 (EAGLE-3 paper,
+        # SGLang), batch 128 predicted (SpecDecode-Bench, vLLM). Lengths assumed: 512 in, 512 out.
+        eagle = SimulationConfig(gpu="h100", target="llama-3.1-8b", draft="eagle", gamma=3, prompt_len=512,
+                                 output_len=512, requests=256, profiles=profiles)
+        alpha_e = calibrate_alpha(replace(eagle, batch_size=64), 1.38)
+        add("speed-up, Llama-3.1-8B + EAGLE-3, batch 64", EAGLE3, 1.38, speedup(replace(eagle, batch_size=64), alpha_e),
+            alpha_label(alpha_e, "calibrated here"), "shipped fits; γ = 3 chain (SGLang drafts a tree); 512 + 512 tokens "
+            "assumed", role="calibrated")
+        add("speed-up, Llama-3.1-8B + EAGLE-3, batch 128", SPECDECODE, 1.29,
+            speedup(replace(eagle, batch_size=128, requests=384), alpha_e), alpha_label(alpha_e, "from the batch-64 row"),
+            "prediction across engines (SGLang -> vLLM)", curve_end=True)
 
-    # Request-rate curves, Llama-3-70B TP 4 on 4x H100 (vLLM blog): α calibrated at QPS 1,
-    # the high-QPS slowdown predicted at saturation (batch cap 256, vLLM's default).
-    draft70 = SimulationConfig(gpu="h100", target="llama-3.1-70b", draft="llama-3.2-1b", tp=4, draft_tp=1, gamma=4,
-                               prompt_len=256, output_len=256, requests=300, qps=1.0, batch_size=256,
-                               profiles=profiles)
-    alpha_d = rate_curve(add, "Llama-3-70B TP4 + draft model, ShareGPT", draft70, 1.5, 1 / 1.4,
-                         "Qwama-0.5B draft simulated as Llama-3.2-1B at TP 1; 256 + 256 tokens, γ=4 assumed",
-                         "calibrated here", "; the prior's knee (1.5) was chosen on this point, which is "
-                         "within ±15 % at every knee from 1 to ∞ (the knee study)")
-    add("speed-up, Llama-3.1-70B TP4 + 1B draft, batch 128", SPECDECODE, 1.25,
-        speedup(replace(draft70, qps=None, batch_size=128, gamma=3, prompt_len=512, output_len=512, requests=384),
-                alpha_d), alpha_label(alpha_d, "from the vLLM-blog QPS-1 row"), "prediction across sources; γ = 3")
-    ngram = SimulationConfig(gpu="h100", target="llama-3.1-70b", draft="ngram", tp=4, gamma=4, prompt_len=1024,
-                             output_len=128, requests=300, qps=1.0, batch_size=256, profiles=profiles)
-    rate_curve(add, "Llama-3-70B TP4 + n-gram, CNN/DailyMail", ngram, 2.8, 1 / 1.8, "1024 + 128 tokens, γ=4 assumed",
-               "calibrated here (50 % empty proposals)")
+    if need(VLLM_BLOG, SPECDECODE):
+        # Request-rate curves, Llama-3-70B TP 4 on 4x H100 (vLLM blog): α calibrated at QPS 1,
+        # the high-QPS slowdown predicted at saturation (batch cap 256, vLLM's default).
+        draft70 = SimulationConfig(gpu="h100", target="llama-3.1-70b", draft="llama-3.2-1b", tp=4, draft_tp=1, gamma=4,
+                                   prompt_len=256, output_len=256, requests=300, qps=1.0, batch_size=256,
+                                   profiles=profiles)
+        alpha_d = rate_curve(add, "Llama-3-70B TP4 + draft model, ShareGPT", draft70, 1.5, 1 / 1.4,
+                             "Qwama-0.5B draft simulated as Llama-3.2-1B at TP 1; 256 + 256 tokens, γ=4 assumed",
+                             "calibrated here", "; the prior's knee (1.5) was chosen on this point, which is "
+                             "within ±15 % at every knee from 1 to ∞ (the knee study)")
+        add("speed-up, Llama-3.1-70B TP4 + 1B draft, batch 128", SPECDECODE, 1.25,
+            speedup(replace(draft70, qps=None, batch_size=128, gamma=3, prompt_len=512, output_len=512, requests=384),
+                    alpha_d), alpha_label(alpha_d, "from the vLLM-blog QPS-1 row"), "prediction across sources; γ = 3")
+        ngram = SimulationConfig(gpu="h100", target="llama-3.1-70b", draft="ngram", tp=4, gamma=4, prompt_len=1024,
+                                 output_len=128, requests=300, qps=1.0, batch_size=256, profiles=profiles)
+        rate_curve(add, "Llama-3-70B TP4 + n-gram, CNN/DailyMail", ngram, 2.8, 1 / 1.8, "1024 + 128 tokens, γ=4 assumed",
+                   "calibrated here (50 % empty proposals)")
 
-    # Long context (MagicDec): the target drafts for itself reading a StreamingLLM window of
-    # 512 tokens; verification reads the whole KV, so the KV bottleneck at large batch is
-    # what speculation amortises. Prompt 8,192 + 256 out, γ = 3, window 512 assumed.
-    magic = SimulationConfig(gpu="a100", target="llama-3.1-8b", draft="llama-3.1-8b", draft_kv_budget=512, tp=8,
-                             gamma=3, prompt_len=8192, output_len=256, batch_size=256, requests=512, profiles=profiles)
-    alpha_m = calibrate_alpha(magic, 1.84, decode=True)
-    add("decode speed-up, Llama-3.1-8B self-speculation, sparse-KV draft, 8K context, batch 256", MAGICDEC, 1.84,
-        speedup(magic, alpha_m, decode=True), alpha_label(alpha_m, "calibrated here"), "'up to 1.84x' over batch "
-        "32-256; 8K prompt, 512-token window, γ = 3 assumed; A100 prior uses the H100's fractions", role="calibrated")
-    small = speedup(replace(magic, batch_size=32, requests=128), alpha_m, decode=True)
-    out.append({"setup": "same, batch 32: speed-up lower than at batch 256?", "source": MAGICDEC,
-                "published": float("nan"), "simulated": round(small, 3), "ratio": float("nan"), "role": "trend",
-                "calibration": alpha_label(alpha_m, "from the batch-256 row"), "curve_end": False,
-                "note": "MagicDec: the speed-up grows with batch size at long context; simulated "
-                        + ("it grows" if small < out[-1]["simulated"] else "it does not grow")})
-    draft_length_rows(add, profiles)
-    moe_rows(add, profiles)
-    if profiles is None:
+    if need(MAGICDEC):
+        # Long context (MagicDec): the target drafts for itself reading a StreamingLLM window of
+        # 512 tokens; verification reads the whole KV, so the KV bottleneck at large batch is
+        # what speculation amortises. Prompt 8,192 + 256 out, γ = 3, window 512 assumed.
+        magic = SimulationConfig(gpu="a100", target="llama-3.1-8b", draft="llama-3.1-8b", draft_kv_budget=512, tp=8,
+                                 gamma=3, prompt_len=8192, output_len=256, batch_size=256, requests=512, profiles=profiles)
+        alpha_m = calibrate_alpha(magic, 1.84, decode=True)
+        add("decode speed-up, Llama-3.1-8B self-speculation, sparse-KV draft, 8K context, batch 256", MAGICDEC, 1.84,
+            speedup(magic, alpha_m, decode=True), alpha_label(alpha_m, "calibrated here"), "'up to 1.84x' over batch "
+            "32-256; 8K prompt, 512-token window, γ = 3 assumed; A100 prior uses the H100's fractions", role="calibrated")
+        small = speedup(replace(magic, batch_size=32, requests=128), alpha_m, decode=True)
+        out.append({"setup": "same, batch 32: speed-up lower than at batch 256?", "source": MAGICDEC,
+                    "published": float("nan"), "simulated": round(small, 3), "ratio": float("nan"), "role": "trend",
+                    "calibration": alpha_label(alpha_m, "from the batch-256 row"), "curve_end": False,
+                    "note": "MagicDec: the speed-up grows with batch size at long context; simulated "
+                            + ("it grows" if small < out[-1]["simulated"] else "it does not grow")})
+    if need(VLLM_K):
+        draft_length_rows(add, profiles)
+    if need(SGLANG_MTP, TRT_MTP, TRT_R1, TRT_NGRAM):
+        moe_rows(add, profiles)
+    if only is None and profiles is None:
         MOE_SUMMARY[:] = moe_curve_rows(add)
+    elif need(AMD_MTP, AMD_EAGLE3):
+        moe_curve_rows(add, profiles=profiles, prior_only=True)
+    return out if only is None else [row for row in out if row["source"] == only]
+
+
+# ----------------------------------------------------------------- leave one source out
+
+def _head_pass_s(gpu_name: str = "h100", target_name: str = "llama-3.1-8b", ctx: float = 256.0) -> float:
+    """An EAGLE-3 head's datasheet pass at batch 1, without the proposer's own work around it."""
+    from specgauge.simulator.drafts import EAGLE_DRAFT_BYTES, _head_params
+    from specgauge.simulator.profiles import load_gpu, load_model
+
+    gpu, target = load_gpu(gpu_name), load_model(target_name)
+    _, linear = _head_params(target, "eagle")
+    step = PassCost.from_shape(gpu, linear_params=linear, kv_bytes_per_token=target.kv_bytes_per_gpu(1) / target.layers,
+                               attn_flops_per_ctx=4.0 * target.heads * target.head_dim, layers=2, hidden=target.hidden,
+                               dtype_bytes=EAGLE_DRAFT_BYTES)
+    return float(step.time(1, ctx, ctx))
+
+
+def pass_overhead_estimates() -> dict[str, float]:
+    """The proposer's work per EAGLE pass (ms), as each source that informs it gives it: [1]'s per-round
+    fit split over its 3 passes (what ships), and [14]'s round time (TPOT × accepted length) against K."""
+    import numpy as np
+
+    from specgauge.simulator.profiles import load_step_fit
+
+    head = _head_pass_s() * 1e3
+    shipped = load_step_fit("eagle:llama-3.1-8b", "h100-sxm", 1)
+    k = np.array(sorted(EAGLE3_K), dtype=float)
+    rounds = np.array([EAGLE3_K[int(x)][0] * EAGLE3_K[int(x)][1] for x in k])
+    slope = float(np.polyfit(k, rounds, 1)[0])
+    return {SPECDECODE: shipped.c_pass_ms - head, VLLM_K: slope - head}
+
+
+def moe_factor_estimates() -> dict[str, list[float]]:
+    """A MoE pass's per-token cost over the dense prior's, per curve, from the step model fitted on
+    each published no-speculation MoE curve ([10], [11]): what ``moe_token_factor`` ships (their
+    geometric mean)."""
+    from specgauge.simulator.fit import serve_curve_fit
+
+    out: dict[str, list[float]] = {}
+    for spec in MOE_CURVES.values():
+        config, points = spec["config"], spec["points"]
+        setup = resolve(config)
+        dense = PassCost.prior(replace(setup.gpu, moe_token_factor=1.0), setup.target, config.tp)
+        conc = sorted(points)
+        fit = serve_curve_fit(setup.target_cost, conc, [spec["per_token"](c, points[c][0]) for c in conc],
+                              config.prompt_len, config.output_len)
+        out.setdefault(spec["source"], []).append(float(fit.c_token) / dense.c_token)
     return out
+
+
+def fold_profile(held_out: str, path: str, passes: dict[str, float], moe: dict[str, list[float]]) -> str:
+    """A profile file holding every constant the table taught the simulator, refitted without ``held_out``.
+
+    The proposer's per-pass work comes from [1] (as shipped), or from [14] when [1] is held out;
+    the MoE per-token factor from the MoE curves of the sources left in. Without [1], its fits of
+    Llama-3.1-8B and its EAGLE-3 head give way to the datasheet prior, and the eager draft
+    layer's launch cost read off its cost ratios to the graphed layer's. The prior's bandwidth
+    and FLOP fractions, also read off [1]'s fit, stay: no other source times a dense pass."""
+    import math
+
+    from specgauge.simulator.profiles import known_gpus, load_gpu, load_model
+
+    order = [SPECDECODE, VLLM_K]
+    per_pass = next(passes[src] for src in order if src != held_out)
+    ratios = [r for src, values in moe.items() if src != held_out for r in values]
+    factor = math.exp(sum(map(math.log, ratios)) / len(ratios))
+    text = ""
+    for gpu in known_gpus():
+        text += f'[gpus."{gpu}"]\ndraft_pass_overhead_ms = {per_pass!r}\nmoe_token_factor = {factor!r}\n'
+        if held_out == SPECDECODE:
+            text += f"draft_layer_overhead_us = {load_gpu(gpu).layer_overhead_us!r}\n"
+    if held_out == SPECDECODE:
+        gpu, target = load_gpu("h100"), load_model("llama-3.1-8b")
+        prior = PassCost.prior(gpu, target, 1)
+        text += (f'[steps."llama-3.1-8b@h100-sxm@tp1"]\nc_fixed_ms = {prior.c_fixed * 1e3!r}\n'
+                 f'c_weight_ms = {prior.c_weight * 1e3!r}\nc_token_us = {prior.c_token * 1e6!r}\n'
+                 f'c_kv_ns = {prior.c_kv * 1e9!r}\nc_attn_ns = {prior.c_attn * 1e9!r}\nknee = {prior.knee!r}\n'
+                 f'includes_engine = false\nsource = "datasheet prior (leave-one-source-out fold without [1])"\n')
+        text += (f'[steps."eagle:llama-3.1-8b@h100-sxm@tp1"]\nc_fixed_ms = 0.0\n'
+                 f'c_pass_ms = {_head_pass_s() * 1e3 + per_pass!r}\nsource = "head pass from shape + [14]"\n')
+    with open(path, "w") as handle:
+        handle.write(text)
+    return path
+
+
+def loso(specdecode_data: str | None = None, workdir: str = "/tmp") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Leave one source out: for every source, refit what the table taught (``fold_profile``) without
+    it and predict its rows. Returns (the folds' rows, the shipped table's rows)."""
+    import os
+
+    shipped = pd.DataFrame(rows(specdecode_data))
+    passes, moe = pass_overhead_estimates(), moe_factor_estimates()
+    sources = [src for src in dict.fromkeys(shipped["source"]) if (shipped[shipped["source"] == src]["role"]
+                                                                   == "predicted").any() or src in (AMD_MTP, AMD_EAGLE3)]
+    folds = []
+    for src in sources:
+        path = fold_profile(src, os.path.join(workdir, f"loso{src.strip('[]')}.toml"), passes, moe)
+        folds += rows(specdecode_data, path, only=src)
+    return pd.DataFrame(folds), shipped
+
+
+def loso_summary(folds: pd.DataFrame, shipped: pd.DataFrame) -> list[str]:
+    """The headline: predicted rows within ±15 % over all folds, the in-sample share beside it."""
+    def share(frame: pd.DataFrame) -> tuple[int, int]:
+        predicted = frame[(frame["role"] == "predicted") & frame["ratio"].notna()]
+        return int(((predicted["ratio"] - 1).abs() <= 0.15).sum()), len(predicted)
+
+    out_hit, out_n = share(folds)
+    in_hit, in_n = share(shipped)
+    lines = [f"leave one source out: {out_hit} of {out_n} predicted rows within ±15 % ({out_hit / out_n:.0%}); "
+             f"in-sample (the shipped table): {in_hit} of {in_n} ({in_hit / in_n:.0%})"]
+    for src, frame in folds.groupby("source", sort=False):
+        hit, n = share(frame)
+        if n:
+            lines.append(f"  {src}: {hit} of {n} within ±15 % (ratios " + ", ".join(
+                f"{v:.2f}" for v in frame[frame["role"] == "predicted"]["ratio"]) + ")")
+    return lines
 
 
 def break_even_cases():
@@ -540,7 +686,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--knee-study", default=None, metavar="PREFIX",
                         help="rerun every row at each knee of the prior (writes PREFIX.kneeK.toml profiles) and print "
                              "the ratios side by side")
+    parser.add_argument("--loso", action="store_true",
+                        help="leave one source out: refit what the table taught without each source, predict its "
+                             "rows, print the share within ±15 %% beside the in-sample share")
     args = parser.parse_args(argv)
+    if args.loso:
+        folds, shipped = loso(args.specdecode_data)
+        print(markdown(folds.drop(columns="curve_end")))
+        print()
+        for line in loso_summary(folds, shipped):
+            print(line)
+        if args.csv:
+            folds.to_csv(args.csv, index=False)
+        return 0
     if args.knee_study:
         print(markdown(knee_study(args.knee_study)))
         return 0
