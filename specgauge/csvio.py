@@ -1,11 +1,13 @@
 """The one way specgauge writes a CSV: checked up front, written atomically, with a sidecar.
 
 ``resolve_csv_target`` runs before any work, so a missing or read-only folder, or a
-folder given where a file belongs, is one clear line and not a traceback after minutes
-of computing. ``write_csv_atomic`` writes the CSV, then ``<stem>.meta.json`` beside it
-(specgauge version, the command, its arguments, seed, row count and the CSV's sha256),
-each through a temporary file renamed into place, so a reader never sees half a file and
-no ``*.tmp`` is left behind. Nothing time-dependent goes into either file: the same
+folder, pipe or device given where a file belongs, is one clear line and not a traceback
+after minutes of computing; it creates nothing (the default ``reports/`` folder is made
+at the first write, so a refusal leaves nothing on disk). ``write_csv_atomic`` writes the
+CSV, then ``<stem>.meta.json`` beside it (specgauge version, the command, its arguments,
+seed, row count and the CSV's sha256), each through a temporary file renamed into place
+(``write_bytes_atomic``), so a reader never sees half a file, no ``*.tmp`` is left behind,
+and a write that fails (a full disk, an I/O error) is one line, exit status 1. Nothing time-dependent goes into either file: the same
 arguments and seed give the same bytes. Shared by the certificate (``stattests``) and
 the reports, which is why it lives in the core and imports neither.
 """
@@ -75,34 +77,40 @@ def meta_path_for(csv_path: Path) -> Path:
 
 
 def resolve_csv_target(path: Path | str | None, default_name: str, flag: str = "--csv") -> CsvTarget:
-    """Check, before any work, that the CSV can be written; create only the default folder.
+    """Check, before any work, that the CSV can be written; create nothing.
 
     A user's path in a missing or read-only folder is refused (one clear line), not
-    silently created somewhere else; the default ``reports/`` folder is created.
+    silently created somewhere else; the default ``reports/`` folder is checked here and
+    created at the first write (``ensure_folder``).
     """
     if path is None:
-        folder = DEFAULT_DIR
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ReportOutputError(f"cannot create the report folder {str(folder)!r}: {exc.strerror}") from None
-        target = folder / default_name
-    else:
-        target = Path(path)
-        if target.is_dir():
-            raise ReportPathError(f"{flag} {str(target)!r} is a folder; name a .csv file inside it")
-        if target.suffix.lower() != ".csv":
-            raise ReportPathError(f"{flag} must name a .csv file, got {str(target)!r}")
+        target = DEFAULT_DIR / default_name
+        check_writable(target, create_folder=True)
+        return CsvTarget(target)
+    target = Path(path)
+    if target.is_dir():
+        raise ReportPathError(f"{flag} {str(target)!r} is a folder; name a .csv file inside it")
+    if target.suffix.lower() != ".csv":
+        raise ReportPathError(f"{flag} must name a .csv file, got {str(target)!r}")
     check_writable(target)
     return CsvTarget(target)
 
 
-def check_writable(target: Path) -> None:
+def check_writable(target: Path, create_folder: bool = False) -> None:
     """Refuse, before any work, an output file that cannot be written (a usage error): its
-    folder missing or read-only, or the file itself read-only."""
+    folder missing (unless ``create_folder``: then the nearest existing one must take it) or
+    read-only, the file itself read-only, or not a regular file (a device such as /dev/full,
+    a pipe: a report is written beside and renamed into place, which a device cannot take)."""
+    target = Path(target)
     folder = target.parent
+    if create_folder and not folder.exists():
+        folder = next((p for p in folder.parents if p.exists()), Path("."))
     if not folder.is_dir():
-        raise ReportPathError(f"cannot write {str(target)!r}: folder {str(folder)!r} does not exist")
+        raise ReportPathError(f"cannot write {str(target)!r}: folder {str(target.parent)!r} does not exist")
+    if target.exists() or target.is_symlink():
+        problem = output_file_problem(target)
+        if problem:
+            raise ReportPathError(f"cannot write {str(target)!r}: {problem}")
     try:  # os.access is wrong for root and for some mounts: try it for real
         with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{target.name}.", suffix=".probe"):
             pass
@@ -126,12 +134,51 @@ def normalise_row(row: Mapping[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(dict(row), default=to_builtin))
 
 
+def output_file_problem(target: Path) -> str | None:
+    """Why an existing ``target`` cannot be replaced by a report (not a regular file), or None."""
+    import stat
+
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:  # a dangling link: the report replaces the link
+        return None
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    if stat.S_ISREG(mode):
+        return None
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    kind = next((name for test, name in kinds if test(mode)), "not a regular file")
+    return f"it is {kind}, not a regular file; name a file to write"
+
+
+def ensure_folder(path: Path) -> bool:
+    """Create the folder ``path`` goes in, at the first write (the default ``reports/``);
+    True when it was created here. A folder the user named was checked up front and exists."""
+    folder = Path(path).parent
+    if folder.is_dir():
+        return False
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ReportOutputError(f"cannot create the report folder {str(folder)!r}: {exc.strerror or exc}") from None
+    return True
+
+
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+def write_bytes_atomic(path: Path | str, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file renamed into place: a reader sees the
+    old file or the whole new one. A failed write (a full disk, an I/O error) removes the
+    temporary file and is one line, exit status 1 (``ReportOutputError``)."""
+    path = Path(path)
+    ensure_folder(path)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise ReportOutputError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
     try:
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; a report is as readable as any file
         with os.fdopen(fd, "wb") as handle:
@@ -139,11 +186,14 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(exc, OSError):
+            raise ReportOutputError(f"cannot write {str(path)!r}: {exc.strerror or exc}; nothing was written "
+                                    "there") from None
         raise
 
 
@@ -168,11 +218,8 @@ def write_csv_atomic(frame: pd.DataFrame, path: Path | str, metadata: Mapping[st
         "columns": [str(c) for c in frame.columns],
         "sha256": hashlib.sha256(data).hexdigest(),
     }
-    try:
-        _atomic_write_bytes(path, data)
-        _atomic_write_bytes(meta_path_for(path), (json.dumps(meta, indent=2, sort_keys=True, default=to_builtin) + "\n").encode())
-    except OSError as exc:
-        raise ReportOutputError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
+    write_bytes_atomic(path, data)
+    write_bytes_atomic(meta_path_for(path), (json.dumps(meta, indent=2, sort_keys=True, default=to_builtin) + "\n").encode())
 
 
 def rows_to_frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:

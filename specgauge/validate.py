@@ -467,6 +467,14 @@ def loads_json(text: str | bytes, place: "Where") -> Any:
         raise place.error(f"not valid JSON: {one_line(exc)}") from None
 
 
+def json_key_line(text: str, key: str) -> int | None:
+    """The line of the first ``"key":`` in a JSON text, to name where a bad value stands."""
+    import re
+
+    match = re.search(r'"' + re.escape(key) + r'"\s*:', text)
+    return None if match is None else text.count("\n", 0, match.start()) + 1
+
+
 def read_json(path: Path | str, what: str | None = None) -> Any:
     """A JSON document; a syntax error names its line and column."""
     return loads_json(read_input_text(path, what), where(path))

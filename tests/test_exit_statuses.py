@@ -53,6 +53,16 @@ def inputs(tmp_path, monkeypatch):
     (tmp_path / "empty.jsonl").write_text("")
     (tmp_path / "garbled.jsonl").write_text("garbage{\n")
     (tmp_path / "steps.csv").write_text("batch_size,seconds\nx,y\n")
+    (tmp_path / "good_steps.csv").write_text("batched_tokens,kv_tokens,ms\n" + "".join(
+        f"{b * g},{b * c},{4 + 0.03 * b * g + 5e-5 * b * c:.4f}\n" for b in (1, 4, 16, 64) for c in (256, 2048)
+        for g in (1, 4)))
+    (tmp_path / "spec.json").write_text(json.dumps({
+        "completed": 100, "total_input_tokens": 51200, "total_output_tokens": 12800, "max_concurrency": 8,
+        "mean_tpot_ms": 9.5, "spec_decode_num_drafts": 10, "spec_decode_draft_tokens": 30}, indent=1)
+        .replace('"mean_tpot_ms"', '"spec_decode_acceptance_length": 0.5,\n "mean_tpot_ms"'))
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (tmp_path / "full.csv").symlink_to("/dev/full")  # a link to a device: written through, it would fail
+    (tmp_path / "latin1.jsonl").write_bytes(b'"caf\xe9"\n')
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(tmp_path)
     for name in ("user_drafts", "raises_at_import", "errors_at_import"):
@@ -71,6 +81,10 @@ CASES = [
     ("plan-requests-huge", ["plan", "--requests", "1e8", "--gamma", "0,2", "--batch-size", "1"], 2,
      "more than this machine's"),
     ("plan-acceptance-missing", ["plan", "--acceptance", "missing.jsonl"], 2, "missing.jsonl"),
+    ("plan-acceptance-deep", ["plan", "--acceptance", "deep.json"], 2, "deep.json: not valid JSON: nested too deeply"),
+    ("plan-acceptance-device", ["plan", "--acceptance", "/dev/zero"], 2, "character device, not a regular file"),
+    ("plan-csv-device", ["plan", "--csv", "full.csv"], 2, "'full.csv': it is a character device, not a regular file"),
+    ("simulate-csv-device", ["simulate", "--csv", "full.csv"], 2, "character device, not a regular file"),
     ("plan-csv-folder", ["plan", "--csv", "no/such/folder/plan.csv"], 2, "does not exist"),
     # simulate
     ("simulate-alpha", ["simulate", "--alpha", "2"], 2, "alpha must be in [0, 1], got 2.0"),
@@ -86,6 +100,17 @@ CASES = [
     # calibrate
     ("calibrate-out-unwritable", ["calibrate", "--gpu", "h100", "--target", "llama-3.1-8b", "--steps", "steps.csv",
                                   "--out", "/proc/calibrated.toml"], 2, "cannot write"),
+    ("calibrate-gpu-unknown", ["calibrate", "--gpu", "nosuch", "--target", "llama-3.1-8b", "--steps", "good_steps.csv",
+                               "--out", "out.toml"], 2, "unknown GPU 'nosuch'"),
+    ("calibrate-model-unknown", ["calibrate", "--gpu", "h100", "--target", "nosuch", "--steps", "good_steps.csv",
+                                 "--out", "out.toml"], 2, "unknown model 'nosuch'"),
+    ("calibrate-out-device", ["calibrate", "--gpu", "h100", "--target", "llama-3.1-8b", "--steps", "good_steps.csv",
+                              "--out", "/dev/full"], 2, "character device, not a regular file"),
+    ("calibrate-serve-device", ["calibrate", "--gpu", "h100", "--target", "llama-3.1-8b", "--serve", "/dev/zero"], 2,
+     "character device, not a regular file"),
+    ("calibrate-accept-length", ["calibrate", "--gpu", "h100", "--target", "llama-3.1-8b", "--steps", "good_steps.csv",
+                                 "--serve", "spec.json:draft=eagle", "--out", "out.toml"], 2,
+     "spec.json, line 6, field 'spec_decode_acceptance_length': expected an accepted length"),
     ("calibrate-steps-missing", ["calibrate", "--gpu", "h100", "--target", "llama-3.1-8b", "--steps", "none.csv",
                                  "--out", "out.toml"], 2, "none.csv"),
     # probe
@@ -110,6 +135,8 @@ CASES = [
      "lower --samples or --max-new-tokens"),
     ("acceptance-plan-huge", [*TOY, "--draft", "d=user_drafts:SetInInit", "--plan", "--plan-target", "llama-3.1-8b",
                               "--plan-draft", "d=llama-3.2-1b", "--plan-requests", "1e8"], 2, "lower --plan-requests"),
+    ("acceptance-prompts-not-utf8", [*TOY, "--draft", "ngram", "--prompts", "latin1.jsonl"], 2,
+     "latin1.jsonl, line 1: is not UTF-8 text (byte 4"),
     ("acceptance-dtype", [*TOY, "--draft", "ngram", "--dtype", "int8"], 2, "invalid choice: 'int8'"),
     ("acceptance-dtype-unused", [*TOY, "--draft", "ngram", "--dtype", "bfloat16"], 2, "applies only to HF models"),
     ("acceptance-device", [*TOY, "--draft", "ngram", "--device", "nosuch"], 2, "a torch device"),
@@ -137,9 +164,9 @@ def test_exit_status_follows_the_rule(inputs, capsys, argv, status, words):
     line = err.splitlines()[-1] if err else ""
     assert words in line and "internal error" not in err, err
     assert "\n" not in err or status == 1, err  # one line (a failure while working may follow a warning)
-    if status == 2:  # found before any work: nothing written beside the inputs, not even the default folder's files
-        after = sorted(p.name for p in Path(inputs).iterdir() if p.name != "reports")
-        assert after == before and not any((Path(inputs) / "reports").glob("*")), after
+    if status == 2:  # found before any work: nothing written beside the inputs, not even the default folder
+        after = sorted(p.name for p in Path(inputs).iterdir())
+        assert after == before, after
 
 
 def test_an_interrupted_run_resumes_and_gives_the_same_csv(inputs, capsys, monkeypatch):

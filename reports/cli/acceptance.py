@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from specgauge.csvio import _atomic_write_bytes, resolve_csv_target, write_csv_atomic
+from specgauge.csvio import resolve_csv_target, write_bytes_atomic, write_csv_atomic
 from specgauge import validate
 from specgauge.errors import SpecgaugeError
 
@@ -310,7 +310,7 @@ def _measure_and_write(args, target_csv, target, drafts, requests, gammas, run_g
     summary["measured_rounds"] = summary["measured_rounds"].astype("Int64")
     traces = target_csv.path.with_suffix(".jsonl")
     records = trace_records(m, args.seed, [r.origin for r in requests])
-    _atomic_write_bytes(traces, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode())
+    write_bytes_atomic(traces, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode())
     metadata = {"command": "acceptance", "arguments": sys.argv[2:] if args.argv is None else args.argv,
                 "seed": args.seed, "traces": traces.name,
                 "sampling": {"temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k}}

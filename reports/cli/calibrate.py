@@ -44,13 +44,14 @@ import pandas as pd
 from scipy.optimize import nnls
 
 from specgauge import validate
-from specgauge.csvio import check_writable, write_csv_atomic
-from specgauge.errors import InputFileError
+from specgauge.csvio import check_writable, write_bytes_atomic, write_csv_atomic
+from specgauge.errors import ConfigError, InputFileError, as_usage_error
 from specgauge.simulator.cost import PassCost
 from specgauge.simulator.drafts import draft_kind
 from specgauge.simulator.fit import (Equation, StepModelFit, closed_loop_equation, fit_step_model, latency_equation,
                                      step_equation, tpot_prefills)
 from specgauge.simulator.profiles import GPU, Model, load_gpu, load_model, step_key
+from specgauge.sweeps.journal import sweep_lock
 
 STEP_COLUMNS = ("batched_tokens", "kv_tokens", "ms")
 
@@ -133,6 +134,15 @@ def check_serve_result(data: dict[str, Any], where: str) -> tuple[float, float, 
         raise CalibrateError(f"{where}: max_concurrency must be a number, got {data['max_concurrency']!r}") from None
     return (concurrency, _number(data, "total_input_tokens", where) / completed,
             _number(data, "total_output_tokens", where) / completed, _number(data, "mean_tpot_ms", where) * 1e-3)
+
+
+def check_accepted_length(data: dict[str, Any], path: Path) -> float:
+    """A speculative run's accepted length: tokens a verification step emits, the bonus token
+    included, so at least 1 (below it the round's cost beyond verification turns negative)."""
+    key = accepted_length_key(data) or ACCEPTED_LENGTH_KEYS[0]
+    place = validate.where(path, validate.json_key_line(validate.read_input_text(path), key), key)
+    return validate.check(data[key], validate.Real(low=1.0, noun="an accepted length (tokens a verification "
+                                                                  "step emits, the bonus token included)"), place)
 
 
 def _number(data: dict[str, Any], key: str, where: str) -> float:
@@ -338,8 +348,17 @@ def main(argv: list[str] | None = None) -> int:
     if not out.parent.exists():
         raise CalibrateError(f"the folder of --out {str(out)!r} does not exist")
     check_writable(out)  # before the fit, not after it
-    gpu = load_gpu(args.gpu, args.profiles)
-    model = load_model(args.target, args.profiles)
+    with sweep_lock(out, "specgauge calibrate " + " ".join(argv or []), flag="--out"):  # one run on an --out
+        return fit_and_write(args, argv, out)
+
+
+def fit_and_write(args: argparse.Namespace, argv: list[str] | None, out: Path) -> int:
+    """Read the measurements, fit, write the profile and its points (``--out`` checked and locked)."""
+    try:  # a name given on the command line: unknown, it is a usage error (exit status 2)
+        gpu = load_gpu(args.gpu, args.profiles)
+        model = load_model(args.target, args.profiles)
+    except ConfigError as exc:
+        raise as_usage_error(exc) from None
     equations: list[Equation] = []
     for path in args.steps:
         equations += steps_equations(Path(path), model.name)
@@ -351,6 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         if accepted_length_key(data) is not None:
             if "draft" not in options:
                 raise CalibrateError(f"{str(path)!r} is a speculative run: name its proposer, {path}:draft=eagle")
+            check_accepted_length(data, path)
             speculative.append((data, str(path), options["draft"], options.get("gamma")))
             continue
         concurrency, input_len, output_len, tpot = check_serve_result(data, str(path))
@@ -385,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
             "c_fixed_ms": round_s * 1e3, "c_pass_ms": pass_s * 1e3, "c_token_us": token_s * 1e6, "c_kv_ns": 0.0,
             "per_round": True,
             "source": f"specgauge calibrate: speculative serve runs' cost beyond verification ({split_note})"})
-    out.write_text(text)
+    write_bytes_atomic(out, text.encode())
     points = pd.DataFrame({"measurement": fit.labels, "measured_ms": fit.measured * 1e3,
                            "fitted_ms": fit.fitted * 1e3, "relative_error": fit.relative_error})
     points_path = out.with_suffix(".points.csv")

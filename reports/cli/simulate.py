@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 import pandas as pd
 
 from specgauge.csvio import resolve_csv_target, write_csv_atomic
+from specgauge.sweeps.journal import sweep_lock
 from specgauge.errors import ConfigError, as_usage_error
 from .console import say, warn
 from .budget import announce, progress_bar
@@ -80,11 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     for message in config.implausible():
         warn("simulate", message)
     announce(config)
-    row = simulate(config, progress_bar(config))
-    say(summary(row, config.trace))
-    if target is not None:
-        write_csv_atomic(pd.DataFrame([row]), target.path, {"command": "simulate", "arguments": argv, "seed": config.seed})
-        say(f"wrote {target.path}")
+    with sweep_lock(target.path, "specgauge simulate " + " ".join(argv)) if target else contextlib.nullcontext():
+        row = simulate(config, progress_bar(config))  # a second run on the same --csv is refused, naming this one
+        say(summary(row, config.trace))
+        if target is not None:
+            write_csv_atomic(pd.DataFrame([row]), target.path, {"command": "simulate", "arguments": argv, "seed": config.seed})
+            say(f"wrote {target.path}")
     return 0
 
 

@@ -126,7 +126,10 @@ def from_vllm_json(path: Path) -> AcceptanceSpec:
     from specgauge import validate
 
     origin = f"vLLM result {str(path)!r}"
-    data = validate.read_json(path, "vLLM result")  # a regular file of a sane size, valid JSON: else one line, exit 2
+    try:  # a regular file of a sane size, valid JSON: else one line, exit 2
+        data = validate.read_json(path, "vLLM result")
+    except UsageError as exc:
+        raise AcceptanceError(str(exc)) from None
     if not isinstance(data, dict):
         raise AcceptanceError(f"{origin} is not a JSON object")
     per_position = data.get(VLLM_PER_POSITION_KEY)

@@ -9,9 +9,10 @@ whatever else changed in its arguments, and one with other arguments simply comp
 what it lacks, so an aborted run never blocks the corrected command and nothing
 finished is thrown away. The journal is removed once the CSV is in place.
 
-``sweep_lock`` keeps two runs off one CSV: an ``flock`` on ``<csv>.lock``, which names
+``sweep_lock`` keeps two runs off one output: an ``flock`` on ``<file>.lock``, which names
 its holder (pid, host, command) for the run that is refused; the kernel drops the lock
-when its holder dies, however it dies.
+when its holder dies, however it dies. Every writer holds it (sweeps, certificates,
+``simulate``, ``calibrate``, ``acceptance``), not only the sweeps.
 
 The CSV itself is written by ``specgauge.csvio`` (atomic, with its ``.meta.json``
 sidecar), rows in configuration order, so the same arguments and seed give the same
@@ -28,7 +29,7 @@ import socket
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from specgauge.csvio import CsvTarget, ReportOutputError, normalise_row, specgauge_version, to_builtin
+from specgauge.csvio import CsvTarget, ReportOutputError, ensure_folder, normalise_row, specgauge_version, to_builtin
 
 _JOURNAL_MAGIC = "specgauge-sweep-journal"
 
@@ -89,8 +90,12 @@ class Journal:
     def _write(self, entry: Mapping[str, Any]) -> None:
         assert self._fd is not None, "Journal.load() opens the journal"
         data = (json.dumps(entry, default=to_builtin, separators=(",", ":")) + "\n").encode()
-        os.write(self._fd, data)
-        os.fsync(self._fd)
+        try:
+            os.write(self._fd, data)
+            os.fsync(self._fd)
+        except OSError as exc:  # a full disk, an I/O error: what is on disk resumes, a torn line is dropped
+            raise ReportOutputError(f"cannot write the sweep journal {str(self.path)!r}: {exc.strerror or exc}; "
+                                    "rerun the command to resume from what it holds") from None
 
     def close(self, remove: bool = False) -> None:
         if self._fd is not None:
@@ -109,14 +114,21 @@ def _parse_line(line: bytes) -> dict[str, Any] | None:
 
 
 @contextlib.contextmanager
-def sweep_lock(target: CsvTarget, command: str) -> Iterator[None]:
-    """Hold ``<csv>.lock`` for the whole run; a second run on the same CSV is refused, naming the holder."""
+def sweep_lock(target: CsvTarget | Path | str, command: str, flag: str = "--csv") -> Iterator[None]:
+    """Hold ``<file>.lock`` for the whole run; a second run on the same output is refused,
+    naming the holder (``flag``: the option that chose the file, for the refusal's advice).
+
+    The default folder (``reports/``) is made here, at the run's first write, and removed
+    again if the run leaves it empty."""
     try:
         import fcntl
     except ImportError:  # not POSIX: no advisory locks, run unguarded
         yield
         return
+    if not isinstance(target, CsvTarget):
+        target = CsvTarget(Path(target))
     path = target.lock_path
+    created = ensure_folder(path)
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -125,7 +137,7 @@ def sweep_lock(target: CsvTarget, command: str) -> Iterator[None]:
             holder = os.read(fd, 4096).decode(errors="replace").strip()
             os.close(fd)
             raise ReportOutputError(f"{str(target.path)!r} is being written by another run "
-                                    f"({_describe_holder(holder)}); wait for it to finish or choose another --csv") from None
+                                    f"({_describe_holder(holder)}); wait for it to finish or choose another {flag}") from None
         try:  # the previous holder unlinks the file as it lets go: lock the file that is there now
             same = os.stat(path).st_ino == os.fstat(fd).st_ino
         except FileNotFoundError:
@@ -140,6 +152,9 @@ def sweep_lock(target: CsvTarget, command: str) -> Iterator[None]:
     finally:
         path.unlink(missing_ok=True)  # while still holding the lock, so no one locks a file about to vanish
         os.close(fd)
+        if created:
+            with contextlib.suppress(OSError):  # only an empty folder: a run that wrote nothing leaves none
+                path.parent.rmdir()
 
 
 def _describe_holder(text: str) -> str:
