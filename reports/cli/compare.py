@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 from specgauge.csvio import resolve_csv_target
 from specgauge.errors import UsageError
 from specgauge.stattests.server.compare import MODES, ServerCertificate, run_mode
 from specgauge.stattests.server.probe import read_probe
+from specgauge.stattests.server.progress import auto_mode
 
 from .probe import _number, count, positive, top_p, unit
 
@@ -60,10 +63,23 @@ def _mode(args: argparse.Namespace) -> str:
     return mode
 
 
+def _model_dir(value: str | None, flag: str) -> str | None:
+    """A model directory option: refused in one line (exit 2) when empty or not a folder."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise UsageError(f"{flag} is empty: give a model directory")
+    if not Path(value).is_dir():
+        raise UsageError(f"{flag} {value!r} is not a directory")
+    return value
+
+
 def certificate(args: argparse.Namespace) -> ServerCertificate:
     """The pure part: read the files, run the mode."""
     mode = _mode(args)
-    candidate = read_probe(args.candidate)
+    args.tokenizer = _model_dir(args.tokenizer, "--tokenizer")
+    args.reference = _model_dir(args.reference, "--reference")
+    candidate = read_probe(args.candidate, whole=True)
     common = {"false_fail_rate": args.false_fail, "target_tv": args.tv}
     if mode == "two-sample":
         tokenize = None
@@ -71,7 +87,7 @@ def certificate(args: argparse.Namespace) -> ServerCertificate:
             from specgauge.stattests.server.reference import model_tokenizer
 
             tokenize = model_tokenizer(args.tokenizer)
-        return run_mode(mode, baseline=read_probe(args.baseline), candidate=candidate, tokenize=tokenize, **common)
+        return run_mode(mode, baseline=read_probe(args.baseline, whole=True), candidate=candidate, tokenize=tokenize, **common)
     if mode == "reference":
         from specgauge.stattests.server.reference import ReferenceModel
 
@@ -80,7 +96,8 @@ def certificate(args: argparse.Namespace) -> ServerCertificate:
                              temperature=args.ref_temperature if args.ref_temperature is not None else params["temperature"],
                              top_k=args.ref_top_k if args.ref_top_k is not None else params.get("top_k"),
                              top_p=args.ref_top_p if args.ref_top_p is not None else params.get("top_p"),
-                             min_p=args.ref_min_p if args.ref_min_p is not None else params.get("min_p"))
+                             min_p=args.ref_min_p if args.ref_min_p is not None else params.get("min_p"),
+                             progress=auto_mode(sys.stderr))
         return run_mode(mode, run=candidate, law=ref, seed=args.seed, **common)
     return run_mode(mode, run=candidate, seed=args.seed, **common)
 

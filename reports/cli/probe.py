@@ -8,8 +8,9 @@ import os
 import sys
 from urllib.parse import urlsplit
 
-from specgauge.errors import ConfigError
+from specgauge.errors import UsageError
 from specgauge.stattests.server.probe import ClientConfig, ProbeConfig, load_prompts, probe
+from specgauge.stattests.server.progress import auto_mode
 
 
 def _number(kind, test, what: str):
@@ -34,6 +35,18 @@ timeout = _number(float, lambda v: 0 < v < float("inf"),
 temperature = _number(float, lambda v: 0 <= v < float("inf"), "a number >= 0")
 top_p = _number(float, lambda v: 0 < v <= 1, "a probability in (0, 1]")
 unit = _number(float, lambda v: 0 <= v <= 1, "a number in [0, 1]")
+seconds = _number(float, lambda v: 0 <= v < float("inf"), "a number of seconds >= 0")
+
+
+def json_object(text: str, flag: str) -> dict:
+    """``text`` as a JSON object, else a usage error naming ``flag``."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{flag} is not JSON ({exc.msg}): {text[:60]!r}") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{flag} must be a JSON object ({{...}}), got {type(value).__name__}: {text[:60]!r}")
+    return value
 
 
 def server_url(text: str) -> str:
@@ -71,28 +84,31 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--concurrency", type=positive_int, default=4, help="requests in flight (default 4)")
     parser.add_argument("--max-rps", type=positive, default=None, help="requests started per second, at most")
     parser.add_argument("--retries", type=count, default=5, help="retries on 429/5xx/dropped connections (default 5)")
-    parser.add_argument("--timeout", type=timeout, default=120.0, help="seconds per request, > 0 (default 120)")
+    parser.add_argument("--timeout", type=timeout, default=120.0,
+                        help="seconds per request, its whole body included, > 0 (default 120)")
+    parser.add_argument("--max-retry-after", type=seconds, default=60.0,
+                        help="honour a server's Retry-After up to this many seconds (default 60)")
+    parser.add_argument("--deadline", type=positive, default=None,
+                        help="seconds for the whole probe; what landed stays in --out and a rerun resumes "
+                             "(default: none)")
     parser.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"), help="default $OPENAI_API_KEY")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress (a bar on a terminal, a line every 10 s in a log) and no wait lines")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        extra = json.loads(args.extra_body)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"--extra-body is not JSON: {exc.msg}") from None
-    if not isinstance(extra, dict):
-        raise ConfigError("--extra-body must be a JSON object")
+    extra = json_object(args.extra_body, "--extra-body")
     cfg = ProbeConfig(args.url, model=args.model, endpoint="chat" if args.chat else "completions",
                       temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
                       stop=tuple(args.stop) if args.stop else None, max_tokens=args.max_tokens,
                       samples_per_prompt=args.samples, top_logprobs=args.top_logprobs, n=args.n, extra_body=extra)
     client = ClientConfig(concurrency=args.concurrency, max_rps=args.max_rps, retries=args.retries,
-                          timeout_s=args.timeout, api_key=args.api_key)
+                          timeout_s=args.timeout, api_key=args.api_key, max_retry_after_s=args.max_retry_after,
+                          deadline_s=args.deadline)
     summary = probe(cfg, load_prompts(args.prompts), args.out, client_config=client,
-                    progress=not args.no_progress and sys.stderr.isatty())
+                    progress=auto_mode(sys.stderr, not args.no_progress))
     caps = summary.capabilities
     print(f"probe: {summary.drawn} new samples in {summary.seconds:.1f} s ({summary.samples_per_second:.0f}/s), "
           f"{summary.total} in {args.out}; server honours n: {'yes' if caps['n'] else 'no'}, "

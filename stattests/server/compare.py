@@ -116,6 +116,10 @@ _SHORT = {"conditional": "a binned TV (RMS over contexts)", "homogeneity": "a TV
 
 def _certificate(mode: str, decoder: str, rows: list[ServerRow], target_tv: float, unit: str,
                  notes: list[str]) -> ServerCertificate:
+    laws = [row for row in rows if row.kind in ("conditional", "homogeneity", "identity")]
+    if not any(row.result.n > 0 and row.result.df != 0 for row in laws):
+        raise InputFileError(f"no context could be tested ({mode}): too few samples reach any context to compare "
+                             "laws; a certificate of zero samples would be vacuous, so none is written")
     built = []
     for row in rows:
         result = row.result

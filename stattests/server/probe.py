@@ -16,6 +16,7 @@ per request: ``n`` where the server honours it, else one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import math
@@ -24,10 +25,11 @@ import ssl
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping, TextIO
 
 import specgauge
 from specgauge.errors import ConfigError, InputFileError, SpecgaugeError
+from specgauge.stattests.server.progress import Progress
 
 FORMAT = "specgauge-probe/1"
 POOL_SIZE = 4  # connections per HTTP client; more requests in flight use more clients
@@ -50,6 +52,10 @@ class ServerError(SpecgaugeError):
 
 class TemperatureIgnoredError(ServerError):
     """Every sample of every prompt was identical although the temperature asks for sampling."""
+
+
+class DeadlineError(ServerError):
+    """The probe's overall deadline passed; what landed is in the file and a rerun resumes it."""
 
 
 @dataclass(frozen=True)
@@ -103,8 +109,10 @@ class ClientConfig:
     max_rps: float | None = None        # requests started per second, at most
     retries: int = 5
     backoff_s: float = 0.25             # first retry delay; doubles, capped at 8 s
-    timeout_s: float = 120.0
+    timeout_s: float = 120.0            # a whole request, body included (an endless body counts)
     api_key: str | None = None
+    max_retry_after_s: float = 60.0     # a server's Retry-After is honoured up to this
+    deadline_s: float | None = None     # the whole probe; the file keeps what landed, a rerun resumes
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -116,6 +124,10 @@ class ClientConfig:
         if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
             raise ConfigError(f"timeout must be a positive number of seconds (a request cannot finish in "
                               f"{self.timeout_s!r} s)")
+        if not (self.max_retry_after_s >= 0 and math.isfinite(self.max_retry_after_s)):
+            raise ConfigError(f"max_retry_after_s must be a number of seconds >= 0, got {self.max_retry_after_s!r}")
+        if self.deadline_s is not None and not (self.deadline_s > 0 and math.isfinite(self.deadline_s)):
+            raise ConfigError(f"deadline must be a positive number of seconds, got {self.deadline_s!r}")
 
 
 @dataclass(frozen=True)
@@ -165,12 +177,17 @@ def _parse(line: bytes) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def read_probe(path: Path | str) -> ProbeRun:
-    """Read a probe JSONL; a torn last line (an interrupted write) is ignored."""
+def read_probe(path: Path | str, *, whole: bool = False) -> ProbeRun:
+    """Read a probe JSONL; a torn last line (an interrupted write) is ignored, or with
+    ``whole`` refused: a certificate is never drawn from a file still being written or cut."""
     from specgauge import validate
 
     path = Path(path)
-    lines = validate.read_input_bytes(path, "").split(b"\n")  # a regular file of a sane size: else one line, exit 2
+    data = validate.read_input_bytes(path, "")  # a regular file of a sane size: else one line, exit 2
+    if whole and data and not data.endswith(b"\n"):
+        raise InputFileError(f"{path} ends mid-line (a probe still writing, or a cut copy): rerun the probe with "
+                             "the same options to finish it, or remove the torn last line")
+    lines = data.split(b"\n")
     header = _parse(lines[0]) if lines else None
     if not header or header.get("format") != FORMAT:
         raise InputFileError(f"{path} is not a specgauge probe file (no {FORMAT} header)")
@@ -287,6 +304,7 @@ class _Client:
                       for _ in range(shards)]
         self._turn = itertools.cycle(self._pool)
         self.limit = _RateLimit(client_config.max_rps)
+        self.notify: Callable[[str], None] = lambda line: None  # one line per wait (a retry, a backoff)
 
     async def close(self) -> None:
         for http in self._pool:
@@ -297,27 +315,36 @@ class _Client:
         for attempt in range(self.cfg.retries + 1):
             await self.limit.wait()
             try:
-                response = await next(self._turn).request(method, path, json=body)
+                async with asyncio.timeout(self.cfg.timeout_s):  # the whole exchange: an endless body ends too
+                    response = await next(self._turn).request(method, path, json=body)
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 if attempt == self.cfg.retries:
                     raise ServerError(f"cannot reach {self.base}: {exc or type(exc).__name__}") from None
-                retry_after = None
-            except httpx.TransportError as exc:
+                why, retry_after = f"cannot connect ({exc or type(exc).__name__})", None
+            except (httpx.TransportError, TimeoutError) as exc:
+                what = (f"no complete answer within --timeout {self.cfg.timeout_s:g} s"
+                        if isinstance(exc, (TimeoutError, httpx.TimeoutException)) else
+                        f"connection failed: {exc or type(exc).__name__}")
                 if attempt == self.cfg.retries:
-                    raise ServerError(f"{self.base}{path}: connection failed: {exc or type(exc).__name__}") from None
-                retry_after = None
+                    raise ServerError(f"{self.base}{path}: {what}") from None
+                why, retry_after = what, None
             else:
                 if response.status_code != 429 and response.status_code < 500:
                     return response
                 if attempt == self.cfg.retries:
                     raise ServerError(f"{self.base}{path} answered HTTP {response.status_code} after "
                                       f"{self.cfg.retries} retries: {_snippet(response)}")
-                retry_after = response.headers.get("retry-after")
+                why, retry_after = f"HTTP {response.status_code}", response.headers.get("retry-after")
+            delay = min(8.0, self.cfg.backoff_s * 2 ** attempt)
             try:
-                delay = float(retry_after) if retry_after else None
+                asked = float(retry_after) if retry_after else None
             except ValueError:
-                delay = None
-            await asyncio.sleep(delay if delay is not None else min(8.0, self.cfg.backoff_s * 2 ** attempt))
+                asked = None
+            if asked is not None and math.isfinite(asked) and asked >= 0:
+                delay = min(asked, self.cfg.max_retry_after_s)
+                why += f", Retry-After {asked:g} s" + (f" (capped at {delay:g} s)" if asked > delay else "")
+            self.notify(f"{self.base}{path}: {why}; retry {attempt + 1} of {self.cfg.retries} in {delay:.3g} s")
+            await asyncio.sleep(delay)
         raise AssertionError("unreachable")
 
     async def json(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> tuple[int, Any]:
@@ -489,18 +516,23 @@ def _check_resume(path: Path, header: Mapping[str, Any], cfg: ProbeConfig, promp
 
 
 def probe(cfg: ProbeConfig, prompts: list[str], out: Path | str, *, client_config: ClientConfig = ClientConfig(),
-          transport=None, progress: bool = False, max_samples: int | None = None) -> ProbeSummary:
+          transport=None, progress: bool | str = False, max_samples: int | None = None,
+          stream: TextIO | None = None) -> ProbeSummary:
     """Fill ``out`` up to ``samples_per_prompt`` samples for every prompt (resuming what is there).
 
     ``transport``: an httpx2 transport (e.g. ``httpx2.ASGITransport(app)``) for in-process
     servers. ``max_samples`` stops after about that many new samples (tests interrupt with it).
-    Raises :class:`ServerError` with one line for an unreachable or non-OpenAI server and
-    :class:`TemperatureIgnoredError` when sampling gave one answer per prompt throughout.
+    ``progress``: ``"bar"``, ``"lines"`` (a line every few seconds, for logs) or ``"off"``
+    (True: bar); waits (retries, a silent server) are one line each on ``stream`` unless off.
+    Raises :class:`ServerError` with one line for an unreachable or non-OpenAI server,
+    :class:`TemperatureIgnoredError` when sampling gave one answer per prompt throughout and
+    :class:`DeadlineError` when ``client_config.deadline_s`` passed (the file keeps what landed).
     """
-    return asyncio.run(_probe(cfg, prompts, Path(out), client_config, transport, progress, max_samples))
+    mode = {True: "bar", False: "off"}.get(progress, progress) if isinstance(progress, bool) else progress
+    return asyncio.run(_probe(cfg, prompts, Path(out), client_config, transport, mode, max_samples, stream))
 
 
-async def _probe(cfg, prompts, out: Path, client_config, transport, progress, max_samples) -> ProbeSummary:
+async def _probe(cfg, prompts, out: Path, client_config, transport, mode, max_samples, stream) -> ProbeSummary:
     if not prompts:
         raise ConfigError("no prompts to probe")
     if not out.parent.is_dir():
@@ -508,74 +540,115 @@ async def _probe(cfg, prompts, out: Path, client_config, transport, progress, ma
     if out.is_dir():
         raise ConfigError(f"cannot write {str(out)!r}: it is a folder")
     started = time.monotonic()
+    talk = Progress(0, "probe", mode="off", stream=stream, talk=mode != "off")
     client = _Client(cfg.url, client_config, transport)
+    client.notify = lambda line: talk.say(f"probe: {line}")
+    state = _State(talk, f"{client.base}/models to answer", started)
+    count = [0]  # samples written by this call, kept when the deadline cuts the run
     try:
-        done: set[tuple[int, int]] = set()
-        if out.exists() and out.stat().st_size > 0:
-            run = read_probe(out)
-            _check_resume(out, run.header, cfg, prompts)
-            _truncate_torn_tail(out)
-            header = run.header
-            done = {(r["p"], r["s"]) for r in run.records}
-            caps = header["capabilities"]
-            model = header["model"]
-            journal = _Journal(out)
-            first: list[dict[str, Any]] = []
-            watch = _SamplingWatch(cfg, len(prompts), run.records)
-            requests = itertools.count(1 + max((r.get("r", -1) for r in run.records), default=-1))
-        else:
-            models = await _models(client)
-            model = cfg.model or (models["data"][0].get("id") if models["data"] else None)
-            if not model:
-                raise ServerError(f"{client.base}/models lists no model; pass the model name")
-            caps, first = await _negotiate(client, cfg, model, prompts[0])
-            header = {"format": FORMAT, "url": client.base, "model": model, "models": models,
-                      "params": {**cfg.params(), "model": model}, "prompts": prompts, "capabilities": caps,
-                      "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                      "specgauge_version": specgauge.__version__}
-            journal = _Journal(out)
-            journal.write([header])
-            watch = _SamplingWatch(cfg, len(prompts), [{"p": 0, **rec} for rec in first])
-            first = [{**rec, "r": 0} for rec in first]
-            requests = itertools.count(1)
-        todo = {p: [s for s in range(cfg.samples_per_prompt) if (p, s) not in done] for p in range(len(prompts))}
-        if first:
-            taken, todo[0] = todo[0][:len(first)], todo[0][len(first):]
-            journal.write({"p": 0, "s": s, **rec} for s, rec in zip(taken, first))
-        drawn = len(first)
-        per = cfg.n if caps["n"] else 1
-        chunks = [(i, p, idx[i:i + per]) for p, idx in todo.items() for i in range(0, len(idx), per)]
-        jobs = [(p, idx) for _, p, idx in sorted(chunks, key=lambda c: (c[0], c[1]))]  # round-robin over prompts
-        if max_samples is not None:
-            budget, kept = max_samples - drawn, []
-            for p, idx in jobs:
-                if budget <= 0:
-                    break
-                kept.append((p, idx[:budget]))
-                budget -= len(idx[:budget])
-            jobs = kept
-        try:
-            watch.check()
-            drawn += await _run_jobs(client, cfg, model, prompts, caps, jobs, journal, watch,
-                                     client_config.concurrency, progress, requests)
-        finally:
-            journal.close()
+        async with asyncio.timeout(client_config.deadline_s), state.heartbeat():
+            await _fill(cfg, prompts, out, client, mode, max_samples, stream, state, count)
+    except TimeoutError:
+        raise DeadlineError(f"the probe's deadline ({client_config.deadline_s:g} s) passed while waiting for "
+                            f"{state.what}: {count[0]} new samples are in {out}; rerun to resume") from None
     finally:
         await client.close()
-    total = len(done) + drawn
-    return ProbeSummary(out, drawn, total, time.monotonic() - started, caps)
+    return ProbeSummary(out, count[0], state.total, time.monotonic() - started, state.caps)
 
 
-async def _run_jobs(client, cfg, model, prompts, caps, jobs, journal, watch, concurrency, progress,
-                    requests: Iterator[int]) -> int:
-    from tqdm.auto import tqdm
+class _State:
+    """What the probe waits for now; a line every ``QUIET_S`` seconds while nothing lands."""
 
+    QUIET_S = 15.0
+
+    def __init__(self, talk: Progress, what: str, now: float) -> None:
+        self.talk, self.what, self.last = talk, what, now
+        self.total, self.caps = 0, {}
+
+    def landed(self) -> None:
+        self.last = time.monotonic()
+
+    @contextlib.asynccontextmanager
+    async def heartbeat(self):
+        async def beat() -> None:
+            while True:
+                await asyncio.sleep(1.0)
+                quiet = time.monotonic() - self.last
+                if quiet >= self.QUIET_S:
+                    self.talk.say(f"probe: waiting for {self.what} (nothing back for {quiet:.0f} s)")
+                    self.last = time.monotonic()
+        task = asyncio.create_task(beat())
+        try:
+            yield
+        finally:
+            task.cancel()
+
+
+async def _fill(cfg, prompts, out, client, mode, max_samples, stream, state, count) -> None:
+    done: set[tuple[int, int]] = set()
+    if out.exists() and out.stat().st_size > 0:
+        run = read_probe(out)
+        _check_resume(out, run.header, cfg, prompts)
+        _truncate_torn_tail(out)
+        header = run.header
+        done = {(r["p"], r["s"]) for r in run.records}
+        caps = header["capabilities"]
+        model = header["model"]
+        journal = _Journal(out)
+        first: list[dict[str, Any]] = []
+        watch = _SamplingWatch(cfg, len(prompts), run.records)
+        requests = itertools.count(1 + max((r.get("r", -1) for r in run.records), default=-1))
+    else:
+        models = await _models(client)
+        model = cfg.model or (models["data"][0].get("id") if models["data"] else None)
+        if not model:
+            raise ServerError(f"{client.base}/models lists no model; pass the model name")
+        state.what = f"the first completion from {client.base} (asking what it offers: n, logprobs)"
+        caps, first = await _negotiate(client, cfg, model, prompts[0])
+        state.landed()
+        header = {"format": FORMAT, "url": client.base, "model": model, "models": models,
+                  "params": {**cfg.params(), "model": model}, "prompts": prompts, "capabilities": caps,
+                  "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  "specgauge_version": specgauge.__version__}
+        journal = _Journal(out)
+        journal.write([header])
+        watch = _SamplingWatch(cfg, len(prompts), [{"p": 0, **rec} for rec in first])
+        first = [{**rec, "r": 0} for rec in first]
+        requests = itertools.count(1)
+    state.caps, state.total = caps, len(done)
+    todo = {p: [s for s in range(cfg.samples_per_prompt) if (p, s) not in done] for p in range(len(prompts))}
+    if first:
+        taken, todo[0] = todo[0][:len(first)], todo[0][len(first):]
+        journal.write({"p": 0, "s": s, **rec} for s, rec in zip(taken, first))
+        count[0] += len(taken)
+        state.total += len(taken)
+    per = cfg.n if caps["n"] else 1
+    chunks = [(i, p, idx[i:i + per]) for p, idx in todo.items() for i in range(0, len(idx), per)]
+    jobs = [(p, idx) for _, p, idx in sorted(chunks, key=lambda c: (c[0], c[1]))]  # round-robin over prompts
+    if max_samples is not None:
+        budget, kept = max_samples - count[0], []
+        for p, idx in jobs:
+            if budget <= 0:
+                break
+            kept.append((p, idx[:budget]))
+            budget -= len(idx[:budget])
+        jobs = kept
+    state.what = f"completions from {client.base} ({client.cfg.concurrency} requests in flight, " \
+                 f"--timeout {client.cfg.timeout_s:g} s each)"
+    try:
+        watch.check()
+        await _run_jobs(client, cfg, model, prompts, caps, jobs, journal, watch, client.cfg.concurrency,
+                        Progress(sum(len(idx) for _, idx in jobs), "probe", mode=mode, stream=stream),
+                        requests, state, count)
+    finally:
+        journal.close()
+
+
+async def _run_jobs(client, cfg, model, prompts, caps, jobs, journal, watch, concurrency, bar: Progress,
+                    requests: Iterator[int], state: _State, count: list[int]) -> None:
     semaphore = asyncio.Semaphore(concurrency)
-    bar = tqdm(total=sum(len(idx) for _, idx in jobs), unit="sample", disable=not progress, desc="probe")
-    count = 0
 
     async def one(p: int, indices: list[int]) -> None:
-        nonlocal count
         got: list[dict[str, Any]] = []
         async with semaphore:
             if watch.stopped:
@@ -586,7 +659,9 @@ async def _run_jobs(client, cfg, model, prompts, caps, jobs, journal, watch, con
                 got += [{**rec, "r": rid} for rec in await _complete(client, cfg, model, prompts[p], need, caps)]
         records = [{"p": p, "s": s, **rec} for s, rec in zip(indices, got)]
         journal.write(records)
-        count += len(indices)
+        count[0] += len(indices)
+        state.total += len(indices)
+        state.landed()
         bar.update(len(indices))
         watch.add(records)
         watch.check()
@@ -598,7 +673,6 @@ async def _run_jobs(client, cfg, model, prompts, caps, jobs, journal, watch, con
         for task in tasks:
             task.cancel()
         bar.close()
-    return count
 
 
 class _SamplingWatch:

@@ -20,6 +20,7 @@ import numpy as np
 
 from specgauge.errors import ConfigError
 from specgauge.stattests.server.probe import ProbeRun
+from specgauge.stattests.server.progress import Progress
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class ReferenceModel:
     top_p: float | None = None
     min_p: float | None = None
     add_special_tokens: bool = True  # how the server tokenises a completions prompt
+    progress: str = "off"            # "bar", "lines" or "off": teacher forcing takes minutes on real models
 
     def __post_init__(self) -> None:
         if not self.temperature > 0:
@@ -59,7 +61,7 @@ def model_tokenizer(path: str) -> Callable[[str], list[int]]:
     return lambda text: list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def _load(path: str):
+def _load(path: str, say=lambda line: None):
     try:
         import torch  # noqa: F401
     except ImportError as exc:
@@ -75,6 +77,7 @@ def _load(path: str):
     except ImportError as exc:
         raise ConfigError(f"the reference mode needs torch and transformers: install the extra with "
                           f"pip install 'specgauge[hf]' ({exc})") from None
+    say(f"reference: loading {path}")
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path).eval()
@@ -88,7 +91,8 @@ def _load(path: str):
 def teacher_forced_law(ref: ReferenceModel, run: ProbeRun) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(prompt[N], tokens[N, L], probs[N, L, V]): each sample's ids, −1 past its end (a sample
     that re-tokenises to more than L tokens is left out), and the law at each position."""
-    tokenizer, model = _load(ref.path)
+    bar = Progress(len(run.records), "reference: teacher forcing", mode=ref.progress)
+    tokenizer, model = _load(ref.path, bar.say)
     import torch
     from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
@@ -135,4 +139,6 @@ def teacher_forced_law(ref: ReferenceModel, run: ProbeRun) -> tuple[np.ndarray, 
         laws = torch.stack([torch.softmax(warpers(inputs[:, :len(prompt_ids[p]) + k], logits[:, k]), dim=-1)
                             for k in range(length)], dim=1)
         probs[rows] = laws.numpy()[inverse.ravel()]
+        bar.update(rows.size)
+    bar.close()
     return prompt, tokens, probs
