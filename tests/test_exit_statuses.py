@@ -89,6 +89,13 @@ CASES = [
     # simulate
     ("simulate-alpha", ["simulate", "--alpha", "2"], 2, "alpha must be in [0, 1], got 2.0"),
     ("simulate-requests-huge", ["simulate", "--requests", "1e9"], 2, "more than this machine's"),
+    ("plan-tree-acceptance", ["plan", "--tree-acceptance", "a|b"], 2, "invalid tree acceptance 'a|b'"),
+    ("plan-spec-batch-size", ["plan", "--batch-size", "1,64", "--spec-batch-size", "100"], 2,
+     "--spec-batch-size 100 is above every swept --batch-size (the largest is 64)"),
+    ("simulate-spec-batch-size", ["simulate", "--batch-size", "64", "--spec-batch-size", "100"], 2,
+     "--spec-batch-size 100 is above --batch-size 64: the speculative run's cap can only lower the batch cap"),
+    ("simulate-tree-acceptance-alone", ["simulate", "--tree-acceptance", "0.5|0.2"], 2,
+     "--tree-acceptance 0.5|0.2 is read only for a tree draft"),
     # law
     ("law-decoder", ["law", "--decoder", "nosuch_module_xyz:X"], 2, "cannot import module 'nosuch_module_xyz'"),
     # certify

@@ -146,4 +146,38 @@ def configs_from_args(args: argparse.Namespace, acceptance: AcceptanceModel | li
             configs.append(SimulationConfig(**kwargs))
         except ConfigError as exc:  # a value given on the command line: a usage error (exit status 2)
             raise as_usage_error(exc) from None
+    check_combinations(configs, sweep)
     return configs
+
+
+def check_combinations(configs: list[SimulationConfig], sweep: bool) -> None:
+    """Refuse options that would be read and then do nothing, rather than run without them.
+
+    ``--tree-acceptance`` is read only for a tree draft, so without ``--tree`` it is checked
+    and refused. ``--spec-batch-size`` can only lower the batch cap of the speculative run
+    (the engine runs min(batch cap, speculative cap)): above the batch cap it does nothing,
+    refused for one configuration; a sweep refuses it above every swept batch cap (below
+    some of them it is the engine's lowered cap, as SGLang's 48)."""
+    from specgauge.simulator.trees import rank_rates
+
+    given = [c for c in configs if c.tree_acceptance is not None]
+    if given:
+        try:
+            for text in dict.fromkeys(c.tree_acceptance for c in given):
+                rank_rates(text)
+        except ConfigError as exc:
+            raise as_usage_error(exc) from None
+        if not any(c.tree is not None for c in given):
+            raise UsageError(f"--tree-acceptance {given[0].tree_acceptance} is read only for a tree draft: add --tree "
+                             "(e.g. topk:2x3) or drop it")
+    capped = [c for c in configs if c.spec_batch_size is not None]
+    if capped:
+        highest = max(c.batch_size for c in capped)
+        over = min((c for c in capped if c.spec_batch_size > c.batch_size), default=None,
+                   key=lambda c: c.spec_batch_size)
+        if over is not None and (not sweep or over.spec_batch_size > highest):
+            several = sweep and len({c.batch_size for c in capped}) > 1
+            cap = f"every swept --batch-size (the largest is {highest})" if several else f"--batch-size {highest}"
+            raise UsageError(f"--spec-batch-size {over.spec_batch_size} is above {cap}: the speculative "
+                             "run's cap can only lower the batch cap (the engine runs at the smaller of the two), "
+                             f"so it would do nothing; give at most {highest} or drop it")
