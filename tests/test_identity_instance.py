@@ -47,21 +47,59 @@ def test_alternative_moments_match_simulation(name, k, n):
     assert null_mean == 0.0 and null_var == pytest.approx(_simulate(n, p, split.weights, 20_000, rng).var(), rel=0.05)
 
 
+def _degenerate_fourth_moment(n: int, p: np.ndarray, q: np.ndarray, w: np.ndarray) -> float:
+    """E U⁴ of U = Σ_{a≠b} k(X_a, X_b), k(x, y) = Σ w (e_x − q)(e_y − q), by the edge-multiset
+    count of identity.degenerate_deviation with the kernel's exact moments under q."""
+    from math import comb
+
+    kern = ((np.eye(q.size) - q) * w) @ (np.eye(q.size) - q).T
+    qq = np.outer(q, q)
+    m2, m4 = (qq * kern ** 2).sum(), (qq * kern ** 4).sum()
+    g = (kern ** 2 * q).sum(axis=1)
+    m22 = (q * g * g).sum()
+    m211 = (qq * kern ** 2 * ((kern * q) @ kern)).sum()
+    op = np.sqrt(np.outer(q, q)) * kern
+    tr4 = np.trace(np.linalg.matrix_power(op, 4))
+    return 16 * (comb(n, 2) * m4 + 3 * comb(n, 2) * comb(n - 2, 2) * m2 ** 2 + 6 * n * comb(n - 1, 2) * m22
+                 + 36 * comb(n, 3) * m211 + 72 * comb(n, 4) * tr4)
+
+
+@pytest.mark.parametrize("vocab, n", [(6, 30), (20, 12)])
+def test_degenerate_fourth_moment_is_bounded(vocab, n):
+    """The proven guarantee's step: the edge-multiset count of E U⁴ matches simulation, and
+    degenerate_deviation's bound (at β = 1, so t⁴ bounds E U⁴) lies above it, for q far from p."""
+    from specgauge.stattests.core.identity import _Middle, degenerate_deviation
+
+    rng = np.random.default_rng(vocab)
+    p, q = rng.dirichlet(np.ones(vocab)), rng.dirichlet(np.ones(vocab))
+    w = p ** (-2 / 3)
+    exact = _degenerate_fourth_moment(n, p, q, w)
+    counts = np.stack([multinomial_counts(n, q, rng) for _ in range(200_000)])
+    u = ((counts - n * q) ** 2 * w).sum(axis=1) - counts @ (w * (1 - 2 * q)) - n * float((w * q * q).sum())
+    assert abs(u.mean()) < 5 * u.std() / np.sqrt(u.size)
+    assert (u ** 4).mean() == pytest.approx(exact, rel=0.15)
+    middle = _Middle(float((1 / w).sum()), float(np.sqrt((w * w * p * p).sum())), float((w * p * p).sum()),
+                     float((w * p).max()), float(w.max()))
+    bound = degenerate_deviation(n, middle, 1.0, np.array([float((w * (q - p) ** 2).sum())]))[0] ** 4
+    assert exact <= bound
+
+
 @pytest.mark.parametrize("name", ["seed-six-token", "zipf-1k-tv0.05", "batch1-g5"])
 def test_proven_figure_is_never_below_the_normal_one(name):
-    """Bernstein + Cantelli cost more rows than the normal tail, never fewer."""
+    """The proven figure (Bernstein and the fourth-moment bound) costs more rows than the
+    normal-tail estimate, never fewer."""
     p = FIXTURES[name].target[0]
     for n in (2_000, 20_000, 200_000):
-        approx = min_discrepancy_of_identity_test(n, p, false_fail_rate=RATE)
+        approx = min_discrepancy_of_identity_test(n, p, false_fail_rate=RATE, proven=False)
         proven = min_discrepancy_of_identity_test(n, p, false_fail_rate=RATE, proven=True)
         assert approx <= proven
 
 
 def test_rows_follow_the_instance_not_the_vocabulary():
     """A peaked law of 32k tokens (Zipf 2) needs several times fewer rows than the uniform
-    law of 32k: the instance's complexity, not √V's (measured: 9,856 against 95,744 at
-    TV 0.1, 38 and 5.3 times ‖p^{-max}‖_{2/3}/ε² and √V/ε²: the split's constant is larger
-    on peaked laws, see docs/gate.md)."""
+    law of 32k: the instance's complexity, not √V's (measured with the proven figure:
+    21,120 against 208,896 at TV 0.1, 88 and 12 times ‖p^{-max}‖_{2/3}/ε² and √V/ε²; the
+    normal-tail estimate's 11,328 and 71,680 are 47 and 4.0 times: see docs/gate.md)."""
     vocab, tv = 32_000, 0.1
     peaked = zipf(vocab, 2.0)
     uniform = np.full(vocab, 1.0 / vocab)
@@ -69,7 +107,7 @@ def test_rows_follow_the_instance_not_the_vocabulary():
     n_uniform = min_num_samples_for_identity_test(tv, uniform, false_fail_rate=RATE)
     assert n_peaked * 5 < n_uniform
     norm = (np.sort(peaked)[:-1] ** (2 / 3)).sum() ** 1.5  # without the heaviest token
-    assert n_peaked < 60 * norm / tv ** 2
+    assert n_peaked < 100 * norm / tv ** 2
 
 
 # ---------------------------------------------------------------- the independence the guarantee assumes

@@ -24,9 +24,9 @@ COLUMNS = ["decoder", "check", "family", "fixture", "position", "n", "statistic"
            "false_fail_rate", "min_detectable_tv", "detectable", "observed", "expected", "verdict", "message"]
 #: What each test's ``min_detectable_tv`` bounds, by test name (the certificate's ``detectable`` column).
 DETECTABLE = {
-    "identity": ("GUARANTEE: worst-case TV, detected against every alternative with independent rows (the "
-                 "alternative's mean and variance bounded exactly, its lower tail taken as normal; the proven "
-                 "Bernstein-Cantelli figure is in the message; independence is the independence-calls row)"),
+    "identity": ("GUARANTEE: worst-case TV, proven to be detected against every alternative with independent "
+                 "rows (exact binomials, Bernstein on Z's linear part, a fourth-moment bound on its degenerate "
+                 "part; the normal-tail estimate is in the message; independence is the independence-calls row)"),
     "dispersion": "not a TV bound: the under-dispersion of counts across blocks of calls detected (see message)",
     "goodness_of_fit": "directional: TV between the pooled bins' distributions",
     "pit_ks": "directional: largest CDF gap along the vocabulary order (mass moved across one prefix)",

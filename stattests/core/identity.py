@@ -24,11 +24,12 @@ for every q with that D (U-statistic decomposition: Var Z = 2n(n−1)(2(n−2) �
 ζ₁ ≤ A D + √w_max D^{3/2}, √ζ₂ ≤ √(Σ w²p²) + √(w_max D) + D, A = max_M w_i p_i).
 Two figures come from that bound:
 
-* ``min_detectable_tv`` takes Z's lower tail under the alternative as normal
-  (E − z_β sd ≥ c): approximate in that one step, and checked by simulation on every
-  fixture shape in the hardest directions (tests/test_power.py);
-* ``details["proven_tv"]`` replaces the normal tail by Bernstein's inequality on Z's
-  linear (Hájek) part and Cantelli's on its degenerate part, each at β/2: proven, looser.
+* ``min_detectable_tv`` (also ``details["proven_tv"]``), the guarantee: Bernstein's
+  inequality on Z's linear (Hájek) part and Markov's on the fourth power of its degenerate
+  part (:func:`degenerate_deviation`), each at β/2: proven for independent rows;
+* ``details["estimated_tv"]`` takes Z's lower tail under the alternative as normal
+  (E − z_β sd ≥ c): an estimate, checked by simulation in the hardest directions
+  (tests/test_power.py).
 
 The null law is simulated exactly (Multinomial(n, p) draws from a generator seeded by the
 caller: one seed, one certificate); the critical value of Z at the false-fail rate comes
@@ -91,8 +92,8 @@ class Split:
     tail_mass: float
     heavy_shift: float  # x*: |δ_H| detected with power 1 − β
     tail_shift: float  # y*: q(T) − p(T) detected with power 1 − β
-    middle_l1: float  # s*: Σ_M |δ_i| detected (normal tail)
-    middle_l1_proven: float  # s* with Bernstein + Cantelli
+    middle_l1: float  # s*: Σ_M |δ_i| detected (normal tail: estimated)
+    middle_l1_proven: float  # s* with Bernstein and the fourth-moment bound (proven)
 
     @property
     def parts(self) -> int:
@@ -100,11 +101,17 @@ class Split:
 
     @property
     def tv(self) -> float:
-        return 0.5 * (self.heavy_shift + self.tail_shift + 2 * self.tail_mass + self.middle_l1)
+        """The guarantee: the proven figure."""
+        return self.proven_tv
 
     @property
     def proven_tv(self) -> float:
         return 0.5 * (self.heavy_shift + self.tail_shift + 2 * self.tail_mass + self.middle_l1_proven)
+
+    @property
+    def estimated_tv(self) -> float:
+        """The same bound with Z's lower tail under the alternative taken as normal: an estimate."""
+        return 0.5 * (self.heavy_shift + self.tail_shift + 2 * self.tail_mass + self.middle_l1)
 
 
 # ---------------------------------------------------------------- the statistic and its moments
@@ -258,18 +265,43 @@ def _parts(n: int, m: _Middle, critical: float, beta: float, proven: bool, tau: 
     else:
         lin_g = lin * (m.a_max + tau) * d
         lin_b = lin * (1 + m.a_max / tau) * math.sqrt(m.w_max) * d ** 1.5
-    if proven:  # Bernstein on the linear part (range b, at most 2bL/3 + √(2Lσ²)), Cantelli on the rest
+    if proven:  # Bernstein on the linear part, a fourth-moment (Markov) bound on the degenerate part
         half = beta / 2
-        log_b, cantelli = math.log(1 / half), math.sqrt((1 - half) / half)
+        log_b = math.log(1 / half)
         range_g = 2 * (n - 1.0) * (d + np.sqrt(m.swp2 * d) + m.a_max)
         range_b = 2 * (n - 1.0) * (d + np.sqrt(m.swp2 * d))
-        g = nn * d - critical - (2 * range_g * log_b / 3 + np.sqrt(2 * log_b * lin_g)) - cantelli * deg_g
-        h = nn * d - (2 * range_b * log_b / 3 + np.sqrt(2 * log_b * lin_b)) - cantelli * deg_b
+        deviation = degenerate_deviation(n, m, half, d)  # concave in D: split as f(D_G) + f(D_B) − f(0)
+        g = nn * d - critical - (2 * range_g * log_b / 3 + np.sqrt(2 * log_b * lin_g)) - deviation
+        h = nn * d - (2 * range_b * log_b / 3 + np.sqrt(2 * log_b * lin_b)) - (deviation - deviation[0])
     else:
         z = float(stats.norm.isf(beta))
         g = nn * d - critical - z * np.sqrt(lin_g + deg_g ** 2)
         h = nn * d - z * (np.sqrt(lin_b) + deg_b)
     return g, h
+
+
+def degenerate_deviation(n: int, m: _Middle, beta: float, d: np.ndarray) -> np.ndarray:
+    """t(D) with P(U ≤ −t) ≤ β for the degenerate part U = Σ_{a≠b} k(X_a, X_b) of Z under
+    every q with Σ_M w δ² = D, k(x, y) = Σ_M w (e_x − q)(e_y − q) (Markov on U⁴).
+
+    E U⁴ = 16 E(Σ_{a<b} k)⁴ sums over the edge multisets of four pairs whose every vertex
+    has degree ≥ 2 (degeneracy kills the rest): one pair four times, C(n,2) m₄; two disjoint
+    pairs twice, 3 C(n,2) C(n−2,2) m₂²; two pairs sharing a vertex twice, 6 n C(n−1,2) m₂₂;
+    a triangle with one pair doubled, 36 C(n,3) m₂₁₁; a 4-cycle, 72 C(n,4) tr K⁴. With
+    G = W^½ Cov_q W^½ ≼ diag(w q), λ = ‖G‖ ≤ max w q ≤ A + √(w_max D), R² = sup ‖e_x − q‖²_W ≤
+    w_max + Σ w q² ≤ w_max + (√Σwp² + √D)² and m₂ = E k² = tr G² ≤ S², S = √Σw²p² + √(w_max D) + D:
+    m₄ ≤ R⁴ m₂, m₂₂ and |m₂₁₁| ≤ λ R² m₂, tr K⁴ ≤ λ² m₂. So t = (E U⁴ / β)^¼ ≤
+    β^−¼ (12^¼ √(n(n−1)) S + 2 √(S Y)), Y = √C(n,2) R² + √(6n C(n−1,2) + 36 C(n,3)) √(λ R²) +
+    √(72 C(n,4)) λ: a sum of concave functions of D, so concave.
+    """
+    nf = float(n)
+    s = m.s2 + np.sqrt(m.w_max * d) + d
+    lam = m.a_max + np.sqrt(m.w_max * d)
+    r2 = m.w_max + (math.sqrt(m.swp2) + np.sqrt(d)) ** 2
+    c2, c3, c4 = nf * (nf - 1) / 2, nf * (nf - 1) * (nf - 2) / 6, nf * (nf - 1) * (nf - 2) * (nf - 3) / 24
+    mixed = 6 * nf * (nf - 1) * (nf - 2) / 2 + 36 * c3
+    y = math.sqrt(c2) * r2 + math.sqrt(mixed) * np.sqrt(lam * r2) + math.sqrt(72 * max(c4, 0.0)) * lam
+    return beta ** -0.25 * (12 ** 0.25 * math.sqrt(nf * (nf - 1)) * s + 2 * np.sqrt(s * y))
 
 
 def _suffix_min_at(values: np.ndarray, grid: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -388,7 +420,7 @@ def _choose(n: int, key: bytes, rate: float, beta: float) -> tuple:
         if 0.5 * (x + y + 2 * tail_mass) >= best_tv:
             continue
         critical = _critical_from(n, *sums, rate / parts)
-        s = _middle_shift(n, m, critical, beta, proven=False, cuts=(math.inf,))  # the quick bound, to choose
+        s = _middle_shift(n, m, critical, beta, proven=True, cuts=(math.inf,))  # the quick bound, to choose
         tv = 0.5 * (x + y + 2 * tail_mass + s)
         if tv < best_tv:
             best, best_tv = (heavy, t, exponent, floor), tv
@@ -480,9 +512,9 @@ def identity_test(
 
     Any count on a token of probability zero fails at once. The p-value is the Bonferroni
     combination of the heaviest token's, the light tail's (exact binomial, two-sided) and
-    the middle's Z (simulated null). ``min_detectable_tv`` is the worst case over every
-    alternative with Z's lower tail taken as normal; ``details["proven_tv"]`` the same
-    bound with Bernstein and Cantelli in that step. It scales as ‖p^(−max)_(−ε)‖_(2/3) / ε²
+    the middle's Z (simulated null). ``min_detectable_tv`` is the proven worst case over
+    every alternative with independent rows; ``details["estimated_tv"]`` the same bound
+    with Z's lower tail under the alternative taken as normal. It scales as ‖p^(−max)_(−ε)‖_(2/3) / ε²
     draws on peaked laws, √V/ε² on uniform ones, O(log 1/rate).
 
     Examples
@@ -491,7 +523,7 @@ def identity_test(
     >>> p = np.full(6, 1 / 6)
     >>> r = identity_test(np.random.default_rng(0).multinomial(6000, p), p, seed=1)
     >>> r.passed, round(r.min_detectable_tv, 3)
-    (True, 0.067)
+    (True, 0.111)
     """
     _validate_rates(false_fail_rate, false_pass_rate)
     probs = validate_probs(probs)
@@ -523,20 +555,21 @@ def identity_test(
     pvalue = 0.0 if hits else min(1.0, len(pvalues) * pvalues[worst])
     details = {"null_sd": law.sd, "critical": critical, "impossible_hits": hits,
                "null_replicates": float(law.replicates), "measured_tv": measured,
-               "proven_tv": split.proven_tv, "tail_mass": split.tail_mass,
+               "proven_tv": split.proven_tv, "estimated_tv": split.estimated_tv, "tail_mass": split.tail_mass,
                "tail_tokens": float(split.tail.sum()), "middle_tokens": float((split.weights > 0).sum()),
                "weight_exponent": split.exponent, "heavy_shift": split.heavy_shift,
                "tail_shift": split.tail_shift, "middle_l1": split.middle_l1,
-               "message": (f"worst-case TV {split.tv:.3g} (normal tail of Z under the alternative), "
-                           f"{split.proven_tv:.3g} proven (Bernstein + Cantelli); rows assumed independent; "
-                           f"smallest p-value: {worst}")}
-    return TestResult("identity", math.inf if hits else z, pvalue, n, false_fail_rate, split.tv, None, details)
+               "message": (f"worst-case TV {split.proven_tv:.3g} proven (exact binomials; Bernstein and a "
+                           f"fourth-moment bound on Z), {split.estimated_tv:.3g} estimated (normal tail of Z); "
+                           f"rows assumed independent; smallest p-value: {worst}")}
+    return TestResult("identity", math.inf if hits else z, pvalue, n, false_fail_rate, split.proven_tv, None, details)
 
 
 def min_discrepancy_of_identity_test(n: int, probs: np.ndarray, *, false_fail_rate: float = DEFAULT_FALSE_FAIL,
-                                     false_pass_rate: float = DEFAULT_FALSE_PASS, proven: bool = False) -> float:
+                                     false_pass_rate: float = DEFAULT_FALSE_PASS, proven: bool = True) -> float:
     """Worst-case TV :func:`identity_test` detects from ``n`` draws (analytic critical
-    value: for planning; ``proven`` for the Bernstein–Cantelli figure)."""
+    value: for planning): the proven figure, or with ``proven=False`` the estimate that takes
+    Z's lower tail under the alternative as normal."""
     _validate_rates(false_fail_rate, false_pass_rate)
     p = validate_probs(probs)
     _, p = _sorted(p[p > 0])
@@ -558,7 +591,7 @@ def min_discrepancy_of_identity_test(n: int, probs: np.ndarray, *, false_fail_ra
 
 
 def min_num_samples_for_identity_test(tv: float, probs: np.ndarray, *, false_fail_rate: float = DEFAULT_FALSE_FAIL,
-                                      false_pass_rate: float = DEFAULT_FALSE_PASS, proven: bool = False,
+                                      false_pass_rate: float = DEFAULT_FALSE_PASS, proven: bool = True,
                                       tolerance: float = 0.01) -> int:
     """Draws :func:`identity_test` needs to detect every alternative at ``tv``: about
     ‖p^(−max)_(−tv)‖_(2/3) / tv² (√V/tv² when p is uniform), O(log 1/false_fail_rate);
