@@ -66,6 +66,12 @@ class SimulationConfig:
     draft: str | None = option("qwen3-0.6b", "draft: a model profile (a separate LM), eagle (an EAGLE-3 head), mtp, "
                                "ngram (prompt lookup), or 'none'", names=lambda: [*KINDS[1:], *known_models()])
     tp: int = option(1, "tensor-parallel degree (GPUs per replica); must divide the models' attention and KV heads")
+    dp: int = option(1, "data-parallel attention ranks of a MoE target (SGLang --enable-dp-attention --dp-size, vLLM "
+                        "--data-parallel-size): each rank runs attention, its KV and the dense layers on its own "
+                        "requests at --tp; the MoE layers span all tp x dp GPUs; --batch-size counts every rank's requests")
+    ep: int = option(1, "expert-parallel degree of a MoE target (vLLM --enable-expert-parallel, SGLang --ep-size): the "
+                        "routed experts split over this many of the tp x dp GPUs, tokens sent to them and back "
+                        "all-to-all; 1: every expert split by tensor parallelism; must divide tp x dp and the experts")
     gamma: int = option(5, "drafted tokens per round (0 = no speculation; the maximum for adaptive policies)")
     acceptance: AcceptanceModel | None = option(
         None, "i.i.d. per-token acceptance rate α in [0, 1], or TRACE.jsonl[:eagle|ngram] to replay measured "
@@ -108,6 +114,10 @@ class SimulationConfig:
 
     def __post_init__(self) -> None:
         _positive_int("tp", self.tp)
+        _positive_int("dp", self.dp)
+        _positive_int("ep", self.ep)
+        if (self.tp * self.dp) % self.ep:
+            raise ConfigError(f"--ep {self.ep} must divide the {self.tp * self.dp} GPUs of tp {self.tp} x dp {self.dp}")
         _positive_int("gamma", self.gamma, minimum=0)
         _positive_int("batch_size", self.batch_size)
         _positive_int("requests", self.requests)
@@ -191,6 +201,8 @@ class SimulationConfig:
             "target": self.target,
             "draft": self.draft if self.draft is not None else "none",
             "tp": self.tp,
+            "dp": self.dp,
+            "ep": self.ep,
             "gamma": self.gamma,
             "policy": self.policy,
             "acceptance": self.acceptance.label(),

@@ -38,6 +38,15 @@ def _check_tp(model: Model, tp: int, flag: str, hint: str = "") -> None:
                           f"{model.kv_heads} KV heads (tensor parallelism splits heads across GPUs){hint}")
 
 
+def _check_parallel(target: Model, config: SimulationConfig) -> None:
+    """DP attention and expert parallelism are deployments of a MoE target; EP splits its experts evenly."""
+    if (config.dp > 1 or config.ep > 1) and not target.is_moe:
+        raise ConfigError(f"--dp and --ep deploy a mixture-of-experts target; {target.name} is dense (run "
+                          "separate replicas of it instead)")
+    if target.is_moe and target.experts % config.ep:
+        raise ConfigError(f"--ep {config.ep} must divide {target.name}'s {target.experts} routed experts")
+
+
 @dataclass(frozen=True)
 class Setup:
     """What a configuration resolves to: profiles, the target's step cost, the engine overhead and the proposer."""
@@ -57,12 +66,15 @@ def resolve(config: SimulationConfig) -> Setup:
     if draft_kind(config.draft) == "model":
         _check_tp(load_model(config.draft, config.profiles), config.draft_tp or config.tp, "the draft's TP",
                   "" if config.draft_tp else "; set --draft-tp 1 (vLLM's speculative_draft_tensor_parallel_size)")
-    fit = load_step_fit(target.name, gpu.name, config.tp, config.profiles)
-    target_cost = PassCost.build(gpu, target, config.tp, fit)
+    _check_parallel(target, config)
+    wide = config.dp > 1 or config.ep > 1
+    fit = None if wide else load_step_fit(target.name, gpu.name, config.tp, config.profiles)
+    target_cost = PassCost.build(gpu, target, config.tp, fit, dp=config.dp, ep=config.ep)
     overhead = EngineOverhead.for_target(gpu, fit)
     draft = build_draft(config.draft, gpu=gpu, target=target, target_cost=target_cost, tp=config.tp,
                         draft_tp=config.draft_tp, profiles=config.profiles, ratio=config.draft_cost_ratio,
-                        empty=config.empty_proposals, kv_budget=config.draft_kv_budget, overhead=overhead)
+                        empty=config.empty_proposals, kv_budget=config.draft_kv_budget, overhead=overhead,
+                        dp=config.dp)
     if config.speculative and draft is None:
         raise ConfigError("speculation (gamma > 0) needs a draft (--draft MODEL, eagle, mtp or ngram) or a fixed "
                           "--draft-cost-ratio; use --gamma 0 for no speculation")
@@ -78,6 +90,7 @@ def memory_plan(config: SimulationConfig, setup: Setup | None = None) -> MemoryP
     draft = setup.draft if config.speculative else None
     return memory_plan_for(setup.gpu, setup.target, draft.weight_bytes if draft else 0.0,
                            draft.kv_bytes_per_token if draft else 0.0, config.tp, config.prompt_len + config.output_len,
+                           dp=config.dp,
                            lookahead=config.parsed_policy.max_gamma, block_tokens=config.block_size,
                            gpu_memory_utilization=config.gpu_memory_utilization,
                            max_batched_tokens=config.max_batched_tokens, draft_label=draft.name if draft else "draft")

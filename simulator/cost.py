@@ -90,8 +90,18 @@ class PassCost:
                    c_expert=expert_params * moe_layers * stream, experts=experts,
                    experts_per_token=experts_per_token, measured_experts=measured_experts, source=PRIOR)
 
+    def split_ranks(self, dp: int) -> "PassCost":
+        """This pass run by ``dp`` data-parallel ranks, each on its share of the batch: per-token,
+        KV, attention and routed-expert terms (the experts spread over every rank's GPUs) divide
+        by ``dp``; the weights each rank streams and the launches do not."""
+        if dp == 1:
+            return self
+        return replace(self, c_token=self.c_token / dp, c_kv=self.c_kv / dp, c_attn=self.c_attn / dp,
+                       c_expert=self.c_expert / dp)
+
     @classmethod
-    def prior(cls, gpu: GPU, model: Model, tp: int = 1, layer_overhead_us: float | None = None) -> "PassCost":
+    def prior(cls, gpu: GPU, model: Model, tp: int = 1, layer_overhead_us: float | None = None, dp: int = 1,
+              ep: int = 1) -> "PassCost":
         if model.is_mla:   # absorbed MLA: scores over the latent and RoPE part, values over the latent
             attn = 2.0 * model.layers * model.heads * (2 * model.kv_lora_rank + model.qk_rope_head_dim)
         else:
@@ -108,7 +118,20 @@ class PassCost:
         # A MoE pass's GEMMs are many small ones (a few tokens per expert): their time adds to
         # the expert reads instead of hiding under them, at a lower efficiency than a dense
         # GEMM's (GPU.moe_knee, GPU.moe_token_factor: what published MoE serve curves measured).
-        return replace(cost, c_token=cost.c_token * gpu.moe_token_factor, knee=gpu.moe_knee)
+        cost = replace(cost, c_token=cost.c_token * gpu.moe_token_factor, knee=gpu.moe_knee).split_ranks(dp)
+        return cost if dp == 1 and ep == 1 else cost.with_moe_exchange(gpu, model, tp * dp, ep)
+
+    def with_moe_exchange(self, gpu: GPU, model: Model, gpus: int, ep: int) -> "PassCost":
+        """The MoE layers' token exchange across ``gpus`` GPUs, two collectives a layer. Under expert
+        parallelism (``ep`` > 1) a dispatch and a combine all-to-all: each token goes to the GPUs of
+        its chosen experts (k · (1 − 1/ep) of them off its own) as FP8 and comes back as BF16. Without
+        it, DP ranks gather every rank's tokens before the layer and scatter them after (ring)."""
+        if ep > 1:
+            per_token = model.moe_layers * model.experts_per_token * (1 - 1 / ep) * model.hidden * (1 + 2) / gpus
+        else:
+            per_token = model.moe_layers * 2 * (gpus - 1) / gpus * model.hidden * 2
+        return replace(self, c_token=self.c_token + per_token / gpu.link_bandwidth,
+                       c_fixed=self.c_fixed + 2 * model.moe_layers * gpu.allreduce_latency_us * 1e-6)
 
     @classmethod
     def from_fit(cls, fit: StepFit, attn_from: "PassCost | None" = None) -> "PassCost":
@@ -123,9 +146,11 @@ class PassCost:
                    knee=fit.knee, source=fit.source, **moe)
 
     @classmethod
-    def build(cls, gpu: GPU, model: Model, tp: int = 1, fit: StepFit | None = None) -> "PassCost":
-        prior = cls.prior(gpu, model, tp)
-        return prior if fit is None else cls.from_fit(fit, prior)
+    def build(cls, gpu: GPU, model: Model, tp: int = 1, fit: StepFit | None = None, dp: int = 1,
+              ep: int = 1) -> "PassCost":
+        """The fit where one is given (a fit is of a TP deployment: DP attention and EP use the prior)."""
+        prior = cls.prior(gpu, model, tp, dp=dp, ep=ep)
+        return prior if fit is None or dp > 1 or ep > 1 else cls.from_fit(fit, prior)
 
     def weights(self, tokens):
         """Seconds streaming weights: the dense part plus the routed experts ``tokens`` touch."""

@@ -175,8 +175,11 @@ def _head_params(target: Model, kind: str) -> tuple[int, int]:
 
 def build_draft(name: str | None, *, gpu: GPU, target: Model, target_cost: PassCost, tp: int, draft_tp: int | None,
                 profiles: str | None, ratio: float | None, empty: float | None = None,
-                kv_budget: int | None = None, overhead: EngineOverhead = EngineOverhead()) -> Draft | None:
+                kv_budget: int | None = None, overhead: EngineOverhead = EngineOverhead(), dp: int = 1) -> Draft | None:
     """The proposer called ``name`` for ``target`` on ``gpu``; refuses what cannot run.
+
+    With ``dp`` data-parallel attention ranks, a model or head runs beside the target on each rank,
+    on that rank's share of the batch (``PassCost.split_ranks``).
 
     ``kv_budget`` makes a draft model read (and keep) at most that many cached tokens per
     sequence, as a StreamingLLM-style sparse-KV draft does; a draft that is the target
@@ -207,9 +210,9 @@ def build_draft(name: str | None, *, gpu: GPU, target: Model, target_cost: PassC
         else:
             # The target drafting for itself runs in the target's CUDA graphs, not as an eager draft.
             own = model.name == target.name and dtp == tp
-            cost = PassDraft(PassCost.build(gpu, model, dtp, fit) if fit is not None else
-                             PassCost.prior(gpu, model, dtp, layer_overhead_us=None if own else gpu.draft_layer_overhead_us),
-                             kv_budget, self_draft=own)
+            cost = PassDraft((PassCost.build(gpu, model, dtp, fit) if fit is not None else
+                              PassCost.prior(gpu, model, dtp, layer_overhead_us=None if own else gpu.draft_layer_overhead_us)
+                              ).split_ranks(dp), kv_budget, self_draft=own)
         weights = 0.0 if model.name == target.name and dtp == tp else model.weight_bytes / dtp
         kv = 0.0 if kv_budget is not None else model.kv_bytes_per_token / dtp   # a budget's few blocks are left out
         return Draft(kind, model.name, dtp, weights, kv, cost, empty)
@@ -238,6 +241,6 @@ def build_draft(name: str | None, *, gpu: GPU, target: Model, target_cost: PassC
             layers=2, hidden=target.hidden, dtype_bytes=head_bytes, tp=dtp, weight_params=linear - routed,
             expert_params=target.expert_params if moe else 0.0, moe_layers=int(moe), experts=target.experts if moe else 0,
             experts_per_token=target.experts_per_token if moe else 0,
-            measured_experts=target.measured_experts if moe else None), gpu))
+            measured_experts=target.measured_experts if moe else None), gpu).split_ranks(dp))
     # At TP 1 the head's weights and KV sit whole on one GPU, which bounds the KV blocks of all.
     return Draft(kind, f"{kind}:{target.name}", dtp, resident * head_bytes / dtp, kv / dtp, cost, empty)

@@ -48,15 +48,27 @@ def activation_bytes(model: Model, max_batched_tokens: int, tp: int) -> float:
     return max_batched_tokens * (2 * model.intermediate + 4 * model.hidden) * model.dtype_bytes / tp
 
 
+def target_weight_bytes(target: Model, tp: int, dp: int = 1) -> float:
+    """Per-GPU target weights: with ``dp`` data-parallel attention ranks each rank holds the dense part
+    at ``tp``, and the routed experts spread over all tp × dp GPUs."""
+    if dp == 1:
+        return target.weight_bytes / tp
+    routed = target.moe_layers * target.experts * target.expert_params * target.dtype_bytes
+    return (target.weight_bytes - routed) / tp + routed / (tp * dp)
+
+
 def memory_plan_for(gpu: GPU, target: Model, draft_weight_bytes: float, draft_kv_bytes_per_token: float, tp: int,
                     tokens_per_request: int, lookahead: int = 0, block_tokens: int = 16,
                     gpu_memory_utilization: float = 0.9, max_batched_tokens: int = 8192,
-                    draft_label: str = "draft") -> MemoryPlan:
-    """Blocks and maximum concurrency with and without the draft (per-GPU draft bytes given); refuses what does not fit."""
+                    draft_label: str = "draft", dp: int = 1) -> MemoryPlan:
+    """Blocks and maximum concurrency with and without the draft (per-GPU draft bytes given); refuses what does not fit.
+
+    With ``dp`` data-parallel attention ranks, each rank's GPUs hold the KV of its own requests
+    only: the blocks (and the concurrency) of all ranks together are ``dp`` times one GPU's."""
     gpu_bytes = gpu.memory_bytes
     activation = activation_bytes(target, max_batched_tokens, tp)
     reserve = (1.0 - gpu_memory_utilization) * gpu_bytes + gpu.non_torch_gib * GIB + activation
-    target_w = target.weight_bytes / tp
+    target_w = target_weight_bytes(target, tp, dp)
     draft_w = draft_weight_bytes
     engine = gpu_bytes - reserve
     if target_w + draft_w >= engine:
@@ -69,8 +81,8 @@ def memory_plan_for(gpu: GPU, target: Model, draft_weight_bytes: float, draft_kv
     draft_block = draft_kv_bytes_per_token * block_tokens
     budget = engine - target_w - draft_w
     budget_no_draft = engine - target_w
-    blocks = int(budget // (target_block + draft_block))
-    blocks_no_draft = int(budget_no_draft // target_block)
+    blocks = dp * int(budget // (target_block + draft_block))
+    blocks_no_draft = dp * int(budget_no_draft // target_block)
     per_request = math.ceil((tokens_per_request + lookahead) / block_tokens)
     per_request_no_draft = math.ceil(tokens_per_request / block_tokens)
     if blocks < per_request:
