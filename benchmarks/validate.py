@@ -27,7 +27,7 @@ from specgauge.simulator.cost import PassCost, RoundCost
 SPECDECODE, VLLM_BLOG, VLLM_V1, EAGLE3, MAGICDEC = "[1]", "[2]", "[3]", "[4]", "[5]"
 SGLANG_MTP, TRT_NGRAM, TRT_MTP, TRT_R1 = "[6]", "[7]", "[8]", "[9]"
 AMD_MTP, AMD_EAGLE3, SGLANG_CAP, VLLM_DRAFT_TP = "[10]", "[11]", "[12]", "[13]"
-VLLM_K = "[14]"
+VLLM_K, GPUSTACK = "[14]", "[15]"
 SOURCES = {
     SPECDECODE: "SpecDecode-Bench, \"Speculative Decoding: Performance or Illusion?\", arXiv 2601.11580, and its "
                 "simulator's predictor.py (github.com/SpecDecode-Bench/simulator): vLLM v0.10.1 on H100",
@@ -91,6 +91,13 @@ SOURCES = {
             "4.13, 4.20, 4.29 ms against 7.07 ms without speculation (best K = 4; EAGLE-1's best K = 3). The GPU is "
             "not stated there; the same author's runs of this setup in pull request #16937 are on one H100 "
             "(vanilla 133 tok/s, i.e. 7.5 ms)",
+    GPUSTACK: "GPUStack performance lab, \"Optimizing DeepSeek-R1 Throughput on NVIDIA H200 GPUs\" (github.com/gpustack/"
+              "gpustack, docs/performance-lab/deepseek-r1/h200.md, 2025): DeepSeek-R1-0528 on 8x H200, SGLang v0.5.3, "
+              "vllm bench serve on 1,000 ShareGPT prompts sent at once (219,171 input and about 200,800 output tokens): "
+              "--tp-size 8: 3,172.46 output tok/s; --tp-size 8 --enable-dp-attention: 3,414.99 output tok/s; the "
+              "latter with --enable-torch-compile and MTP (--speculative-num-steps 1 --speculative-eagle-topk 1 "
+              "--speculative-num-draft-tokens 2): 1,060.10 output tok/s, mean TPOT 42.24 ms (torch.compile alone: "
+              "3,253.37)",
 }
 
 
@@ -208,6 +215,29 @@ def draft_length_rows(add, profiles: str | None = None) -> None:
             alpha_label(alpha, f"from this K's accepted length {length}"),
             "MT-Bench: 128 + 256 tokens assumed; H100 assumed (see [14]); TPOT ratio" if k == 2 else
             ("the measured best K" if k == 4 else ""), curve_end=k == 7)
+
+
+def dp_attention_rows(add, profiles: str | None = None) -> None:
+    """DeepSeek-R1 on 8x H200 without speculation at TP 8 and with DP attention, and with MTP beside DP
+    attention ([15]); nothing is calibrated on these rows: the datasheet prior, and the MTP α from [6]'s
+    accept length for the same SGLang configuration (one step, top-k 1, two draft tokens)."""
+    base = SimulationConfig(gpu="h200", target="deepseek-v3", draft="mtp", gamma=1, tp=8, prompt_len=219,
+                            output_len=201, batch_size=1000, requests=1000, spec_batch_size=SGLANG_SPEC_CAP,
+                            profiles=profiles)
+    note = "R1 has V3's architecture; 1,000 ShareGPT prompts at once as 219 + 201 tokens (the run's means)"
+    tp = simulate(replace(base, gamma=0))["output_throughput"]
+    add("output tok/s, DeepSeek-R1, H200 TP8, SGLang, 1,000 ShareGPT prompts at once", GPUSTACK, 3172.46, tp,
+        "none: datasheet prior", note)
+    dp = replace(base, tp=1, dp=8)
+    add("DP attention over TP, output tok/s, DeepSeek-R1, 8x H200 (dp 8 against tp 8)", GPUSTACK,
+        round(3414.99 / 3172.46, 4), simulate(replace(dp, gamma=0))["output_throughput"] / tp, "none: datasheet prior",
+        "--enable-dp-attention at --tp-size 8: 8 ranks of attention TP 1 assumed (the source sets no --dp-size); the MoE "
+        "layers at TP 8 (no EP)")
+    alpha = alpha_for_length(1, 1.9)
+    add("speed-up, DeepSeek-R1 + MTP (γ=1) with DP attention, 8x H200, 1,000 prompts at once", GPUSTACK,
+        round(1060.10 / 3414.99, 4), speedup(dp, alpha), alpha_label(alpha, "from [6]'s accept length 1.9"),
+        "a slow-down: SGLang caps a speculative run at 48 running requests ([12]); the source's MTP run also used "
+        "torch.compile, which alone gave 0.95x of its baseline", curve_end=True)
 
 
 R1_LENGTHS = {1: 1.92, 2: 2.58, 3: 2.82, 4: 2.99, 5: 3.01}   # [9]: accepted length per MTP step count
@@ -483,6 +513,8 @@ def rows(specdecode_data: str | None = None, profiles: str | None = None, only: 
         draft_length_rows(add, profiles)
     if need(SGLANG_MTP, TRT_MTP, TRT_R1, TRT_NGRAM):
         moe_rows(add, profiles)
+    if need(GPUSTACK):
+        dp_attention_rows(add, profiles)
     if only is None and profiles is None:
         MOE_SUMMARY[:] = moe_curve_rows(add)
     elif need(AMD_MTP, AMD_EAGLE3):
