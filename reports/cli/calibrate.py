@@ -283,9 +283,9 @@ def split_speculation(runs: list[SpecRun]) -> tuple[float | None, dict[str, tupl
             parts.append(f"{fitted['pass'] * 1e3:.3g} ms per draft pass")
         if "token" in fitted:
             parts.append(f"{fitted['token'] * 1e6:.3g} us per drafted token")
-        notes.append(f"{proposer}: {len(group)} runs at {len(gammas)} draft length(s) and "
-                     f"{len({r.concurrency for r in group})} concurrenc{'y' if len({r.concurrency for r in group}) == 1 else 'ies'}: "
-                     + " + ".join(parts))
+        loads = len({r.concurrency for r in group})
+        notes.append(f"{proposer}: {len(group)} runs at {loads} load{'s' if loads > 1 else ''}"
+                     + (f" and {len(gammas)} draft lengths" if len(gammas) > 1 else "") + ": " + " + ".join(parts))
     return (float(np.mean(overhead)) if overhead else None), proposers, "; ".join(notes)
 
 
