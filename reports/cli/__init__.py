@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
 
 from specgauge.errors import SpecgaugeError
@@ -39,7 +40,37 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
+def interruptible() -> None:
+    """Make Ctrl-C (SIGINT) end every command with status 130, even where the parent left it ignored.
+
+    A job started with ``&`` from a non-interactive shell inherits SIGINT ignored; Python then
+    never installs its handler, and ``kill -INT`` does nothing to a run that may take hours.
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def leave_now_if_threads_linger(status: int) -> None:
+    """After an interrupt, exit at once if a thread would hold the process at exit.
+
+    The command's own cleanup (journals, locks, temporary files) has run by then; what can
+    remain is a worker pool's manager thread reading a result that a stopped worker never
+    finished writing, which the interpreter would join forever.
+    """
+    import threading
+
+    main_thread = threading.main_thread()
+    if any(t.is_alive() and not t.daemon and t is not main_thread for t in threading.enumerate()):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(status)
+
+
 def main(argv: list[str] | None = None) -> int:
+    from_console = argv is None  # the console script; a caller passing argv keeps its own process
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ("-h", "--help"):
         print(_usage())
@@ -57,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     if dashes:  # argparse (3.11) turns --opt=-- into an empty list that skips the option's type and choices
         print(f"specgauge {command}: error: argument {dashes[:-3]}: expected a value, got '--'", file=sys.stderr)
         return 2
+    interruptible()
     try:
         module = importlib.import_module(SUBCOMMANDS[command][0])
         with parser_errors_in_one_line():  # a bad option is one line and exit status 2
@@ -68,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     except KeyboardInterrupt:
         print(f"specgauge {command}: interrupted", file=sys.stderr)
+        if from_console:
+            leave_now_if_threads_linger(130)
         return 130
     except BrokenPipeError:  # the reader left before the command printed (e.g. `--help | head -1`)
         from .console import silence

@@ -13,8 +13,10 @@ from specgauge.stattests.core.contract import decoder_name, load_decoder
 from specgauge.stattests.chain.checks import CHECKS
 from specgauge.csvio import resolve_csv_target
 from specgauge.stattests.chain.certify import certification, sizing_note
-from specgauge.stattests.chain.shards import ShardError
-from specgauge.sweeps.executors import SweepOptions, add_sweep_options, options_from_args
+from specgauge.stattests.chain.shards import DEFAULT_MAX_CPU_HOURS, ShardError
+from specgauge.errors import UsageError
+from specgauge.sweeps.executors import SweepOptions, add_sweep_options, check_scheduler, options_from_args
+from specgauge.sweeps.journal import sweep_lock
 from specgauge.stattests.chain.figures import check_plotting, figures_note, plot_certificate
 
 from .console import say
@@ -27,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--decoder", default=None,
                         help="short name (numpy, torch, hf, vllm, sglang, ...) or MODULE:NAME; "
                              "default $SPECGAUGE_DECODER, else numpy")
-    parser.add_argument("--tv", type=validate.tv, default=None,
+    parser.add_argument("--tv", type=validate.certified_tv, default=None,
                         help="TV that must be detectable on every fixture (default 0.005, or the coarser TVs a slow "
                              "decoder declares, per fixture)")
     parser.add_argument("--false-fail", type=validate.false_fail, default=DEFAULT_FALSE_FAIL,
@@ -46,11 +48,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--csv", type=validate.OutputPath((".csv",)), default=None, metavar="PATH",
                         help="certificate path (default reports/certificate.csv); a .meta.json sidecar goes beside it")
     sized = parser.add_argument_group("sized and sharded runs")
-    sized.add_argument("--guarantee", type=validate.tv, default=None, metavar="TV",
+    sized.add_argument("--guarantee", type=validate.certified_tv, default=None, metavar="TV",
                        help="size each fixture's rows for this worst-case TV at its rarest emitted position "
                             "(the identity test's guarantee), and the directional checks for it unless --tv is "
-                            "given; the time and bytes are estimated first, and a run this machine cannot hold "
-                            "is refused")
+                            "given; the time and bytes are estimated first, and a run this machine cannot hold, "
+                            "or above --max-cpu-hours, is refused")
+    sized.add_argument("--max-cpu-hours", type=validate.Real(low=0.0, low_open=True, noun="a number of hours"),
+                       default=DEFAULT_MAX_CPU_HOURS, metavar="H",
+                       help=f"refuse a sized run estimated above H CPU-hours (default {DEFAULT_MAX_CPU_HOURS:g})")
     sized.add_argument("--shards", type=validate.positive_int, default=None, metavar="N",
                        help="split each fixture's rows into N shards, each seeded from --seed and its index; "
                             "finished shards are kept beside the CSV until it is written, so a rerun resumes; "
@@ -73,7 +78,14 @@ def main(argv: list[str] | None = None) -> int:
     if not sharded and (options != SweepOptions(progress=options.progress) or args.restart):
         raise ShardError("--jobs, --executor, --scheduler and --restart apply to sized or sharded runs: "
                          "add --shards N (or --guarantee TV)")
-    options.resolved_executor()  # contradictory executor options: one line, before any work
+    if options.resolved_executor() == "dask":  # contradictory options, an unreachable scheduler: before any work
+        check_scheduler(options.scheduler)
+    refuse_vacuous(args.fixture, args.check, args.slow)
+    if sharded:
+        refuse_blocked_shard_folder(target.path)
+        if args.shards is not None and args.shards > CertConfig().max_rows:
+            raise ShardError(f"--shards {args.shards:,} is more than the {CertConfig().max_rows:,} rows a fixture "
+                             "is ever sized to; a shard is at least one decoder call")
     decoder = load_decoder(args.decoder)
     config = decoder_config(decoder, args.tv, args.guarantee, false_fail=args.false_fail, seed=args.seed,
                             timeout=args.timeout)
@@ -83,13 +95,14 @@ def main(argv: list[str] | None = None) -> int:
     capped = capped_note(config, args.fixture, args.check, args.slow, progress=not args.no_progress)
     if capped:
         print(capped, file=sys.stderr)
-    session = certification(decoder, config, checks=args.check, fixtures=args.fixture,
-                            progress=not args.no_progress, name=decoder_name(args.decoder), slow=args.slow)
-    cert = session.certificate()
-    cert.to_csv(target.path, {"arguments": list(sys.argv[1:] if argv is None else argv),
-                              "decoder": decoder_name(args.decoder), "tv": config.tv,
-                              "tv_by_fixture": dict(config.fixture_tv),
-                              "false_fail": config.false_fail, "seed": config.seed})
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    with sweep_lock(target, "specgauge certify " + " ".join(arguments)):  # a second run on this CSV is refused
+        session = certification(decoder, config, checks=args.check, fixtures=args.fixture,
+                                progress=not args.no_progress, name=decoder_name(args.decoder), slow=args.slow)
+        cert = session.certificate()
+        cert.to_csv(target.path, {"arguments": arguments, "decoder": decoder_name(args.decoder), "tv": config.tv,
+                                  "tv_by_fixture": dict(config.fixture_tv),
+                                  "false_fail": config.false_fail, "seed": config.seed})
     say(cert.summary(target.path))
     say(f"certificate: {target.path}")
     if args.plot:
@@ -101,14 +114,16 @@ def main(argv: list[str] | None = None) -> int:
 def _sized(args, argv, target, decoder, config: CertConfig, options: SweepOptions) -> int:
     """A sized or sharded run: estimate and refuse first, then the shards (resumed from the
     folder beside the CSV), merged per fixture, then the checks once, as an unsharded run."""
-    from specgauge.sweeps.journal import sweep_lock
     from specgauge.stattests.chain.shards import (SHARD_SECONDS, ShardCache, guarantee_reached, plan_shards,
+                                                  refuse_more_shards_than_calls, refuse_over_budget,
                                                   refuse_unholdable, run_shards, sized_plan)
 
     name = decoder_name(args.decoder)
     planned, pairs, rows, est = sized_plan(config, args.fixture, args.check, args.slow, progress=options.progress)
     cache = ShardCache(target.path.with_name(target.path.name + ".shards"))
     refuse_unholdable(est, cache.folder)
+    refuse_over_budget(est, args.max_cpu_hours)
+    refuse_more_shards_than_calls(pairs, rows, planned.chunk_bytes, args.shards)
     asked = {f.name: config.guarantee for f in pairs if config.guarantee is not None and CHECKS["identity"].applies(f)}
     local = options.resolved_executor() == "serial"
     # in this process, the decoder loaded above; elsewhere, its spec, loaded where the shard runs
@@ -152,6 +167,22 @@ def _sized(args, argv, target, decoder, config: CertConfig, options: SweepOption
     if args.plot:
         say(figures_note(plot_certificate(session.runs, cert, target.path)))
     return 0 if cert.passed else 1
+
+
+def refuse_vacuous(fixtures: list[str] | None, checks: list[str] | None, slow: bool) -> None:
+    """Zero assertions is a refusal, never a pass: --check and --fixture must meet at least once."""
+    if not any(True for _ in plan(fixtures, checks, slow)):
+        raise UsageError(f"no assertion to run: check(s) {', '.join(checks or CHECKS)} apply to none of the "
+                         f"fixture(s) {', '.join(fixtures or ALL_FIXTURES)}"
+                         + ("" if slow else " (add --slow for the slow tier's)"))
+
+
+def refuse_blocked_shard_folder(csv) -> None:
+    """The shards' folder beside the CSV must be a folder, or absent: a file there is in the way."""
+    folder = csv.with_name(csv.name + ".shards")
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"{str(folder)!r} is a file, where the run keeps its finished shards; move it or "
+                         "choose another --csv")
 
 
 def capped_note(config: CertConfig, fixtures: list[str] | None, checks: list[str] | None, slow: bool,

@@ -7,9 +7,11 @@ configuration order, which is what makes the CSVs byte-identical across executor
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -26,6 +28,10 @@ from specgauge.errors import SpecgaugeError, UsageError
 from .journal import Journal, item_key, sweep_lock
 
 EXECUTORS = ("serial", "process", "dask")
+#: the schemes a scheduler address may name (Dask's own; a bare HOST:PORT means tcp)
+SCHEDULER_SCHEMES = ("tcp", "tls")
+#: seconds to reach a scheduler and hear its handshake before any work starts
+SCHEDULER_CONNECT_S = 5.0
 
 Row = dict[str, Any]
 
@@ -67,10 +73,51 @@ def add_sweep_options(parser: Any, progress: bool = True) -> None:
     group.add_argument("--jobs", type=validate.positive_int, default=1, help="local worker processes (default 1)")
     group.add_argument("--executor", choices=("auto",) + EXECUTORS, default="auto",
                        help="serial, process (local pool of --jobs) or dask (needs --scheduler); auto picks from --jobs")
-    group.add_argument("--scheduler", default=None, help="Dask scheduler address, e.g. tcp://host:8786")
+    group.add_argument("--scheduler", type=scheduler_address, default=None,
+                       help="Dask scheduler address, e.g. tcp://host:8786 (reached, with a "
+                            f"{SCHEDULER_CONNECT_S:g} s timeout, before any work)")
     if progress:
         group.add_argument("--no-progress", action="store_true", help="no progress bar")
     group.add_argument("--restart", action="store_true", help="discard a partial sweep of this CSV instead of resuming it")
+
+
+def scheduler_address(text: str) -> str:
+    """An argparse type: ``tcp://HOST:PORT``, ``tls://HOST:PORT`` or ``HOST:PORT``, port in range."""
+    import argparse
+
+    scheme, sep, rest = text.partition("://")
+    if scheme == "inproc" and rest:  # a cluster inside this process (tests, notebooks)
+        return text
+    if not sep:
+        scheme, rest = "tcp", text
+    host, colon, port = rest.rpartition(":")
+    if (scheme not in SCHEDULER_SCHEMES or not colon or not host or "/" in rest
+            or not port.isdigit() or not 0 < int(port) < 65536):
+        raise argparse.ArgumentTypeError(
+            f"expected a Dask scheduler address such as tcp://10.0.0.1:8786 or HOST:PORT "
+            f"({'/'.join(SCHEDULER_SCHEMES)}), got {text!r}")
+    return f"{scheme}://{host}:{port}"
+
+
+def check_scheduler(address: str, timeout: float = SCHEDULER_CONNECT_S) -> None:
+    """Refuse, in one line and before any work, a scheduler that cannot be reached or does not speak
+    Dask's protocol. A Dask listener writes its handshake as soon as it accepts, so a peer that
+    stays silent for ``timeout`` (an HTTP server, a stalled process) is refused instead of hanging."""
+    scheme, _, rest = address.partition("://")
+    if scheme not in SCHEDULER_SCHEMES:  # an in-process cluster (a test's): nothing to reach over the network
+        return
+    host, _, port = rest.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as sock:
+            if scheme == "tcp":
+                sock.settimeout(timeout)
+                if not sock.recv(8):
+                    raise SweepError(f"the Dask scheduler at {address} closed the connection at once")
+    except socket.timeout:
+        raise SweepError(f"no Dask scheduler answered at {address} within {timeout:g} s "
+                         "(unreachable, or a server that is not a Dask scheduler)") from None
+    except OSError as exc:
+        raise SweepError(f"cannot reach the Dask scheduler at {address}: {exc.strerror or exc}") from None
 
 
 def options_from_args(args: Any) -> SweepOptions:
@@ -99,8 +146,15 @@ def run_sweep(
     bar = tqdm(total=len(items), initial=len(items) - len(todo), disable=not options.progress,
                unit="config", file=sys.stderr, dynamic_ncols=True)
     runner = {"serial": _serial, "process": _processes, "dask": _dask}[executor]
+    # closing(): an interrupt or error in this loop stops the workers at once, not when its traceback is freed
+    with contextlib.closing(runner(func, items, todo, options)) as outcomes:
+        _collect(outcomes, items, results, journal, describe, keys, bar)
+    return [results[i] for i in range(len(items))]
+
+
+def _collect(outcomes, items, results, journal, describe, keys, bar) -> None:
     try:
-        for index, outcome in runner(func, items, todo, options):
+        for index, outcome in outcomes:
             if isinstance(outcome, BaseException):
                 if isinstance(outcome, SpecgaugeError):
                     raise SweepError(f"configuration {index} ({describe(items[index])}): {outcome}") from outcome
@@ -110,7 +164,6 @@ def run_sweep(
             bar.update(1)
     finally:
         bar.close()
-    return [results[i] for i in range(len(items))]
 
 
 Outcome = Iterator[tuple[int, "Row | BaseException"]]
@@ -154,8 +207,14 @@ def _die_with_parent() -> None:
     threading.Thread(target=watch, name="specgauge-parent-watch", daemon=True).start()
 
 
+def _worker_init() -> None:
+    """Workers leave Ctrl-C to the main process, which stops them; and die with it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
+
+
 def _processes(func, items, todo, options) -> Outcome:
-    pool = ProcessPoolExecutor(max_workers=options.jobs, initializer=_die_with_parent)
+    pool = ProcessPoolExecutor(max_workers=options.jobs, initializer=_worker_init)
     pending: dict[Future, int] = {}
     try:
         pending = {pool.submit(_call, func, items[i]): i for i in todo}
@@ -163,8 +222,22 @@ def _processes(func, items, todo, options) -> Outcome:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in sorted(finished, key=pending.__getitem__):
                 yield pending.pop(future), future.result()
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    except BaseException:  # an interrupt, a failed item, or the consumer closing early: no waiting for running work
+        _terminate(pool)
+        raise
+    pool.shutdown(wait=True)
+
+
+def _terminate(pool: ProcessPoolExecutor) -> None:
+    """Stop a pool's workers now: running items are abandoned (the journal keeps finished ones)."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        with contextlib.suppress(Exception):
+            process.terminate()
+    for process in processes:
+        with contextlib.suppress(Exception):
+            process.join(timeout=5)
 
 
 def _dask(func, items, todo, options) -> Outcome:
@@ -176,13 +249,18 @@ def _dask(func, items, todo, options) -> Outcome:
         client = Client(options.scheduler, timeout="10s", set_as_default=False)
     except (OSError, TimeoutError) as exc:
         raise SweepError(f"cannot reach the Dask scheduler at {options.scheduler!r}: {exc}") from None
+    futures = []
     try:
         futures = client.map(_call, [func] * len(todo), [items[i] for i in todo], pure=False)
         index_of = {future.key: i for future, i in zip(futures, todo)}
         for future in as_completed(futures, loop=client.loop):
             yield index_of[future.key], future.result()
+    except BaseException:  # as for local processes: the cluster stops this run's work now
+        with contextlib.suppress(Exception):
+            client.cancel(futures, force=True)
+        raise
     finally:
-        client.close()
+        client.close(timeout=SCHEDULER_CONNECT_S)
 
 
 def sweep_to_csv(
@@ -204,7 +282,8 @@ def sweep_to_csv(
     included, is refused while this one lives. The journal is removed once the CSV is in
     place; until then, it is the record of finished rows.
     """
-    options.resolved_executor()  # refuse contradictory options before touching any file
+    if options.resolved_executor() == "dask":  # contradictory options, an unreachable scheduler: before any file
+        check_scheduler(options.scheduler)
     keys = [item_key(signature_payload, item) for item in items]
     command = str(metadata.get("command", signature_payload.get("command", "sweep")))
     arguments = metadata.get("arguments")

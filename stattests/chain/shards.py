@@ -318,6 +318,31 @@ def refuse_unholdable(est: Estimate, cache_folder: Path | None, memory: float | 
                              f"{str(cache_folder)!r} and the disk has {free / 1e9:,.3g} GB free")
 
 
+#: the CPU time a sized run may be estimated at before it must be asked for explicitly
+DEFAULT_MAX_CPU_HOURS = 1.0
+
+
+def refuse_over_budget(est: Estimate, max_cpu_hours: float, option: str = "--max-cpu-hours") -> None:
+    """Refuse, in one line before any work, a run estimated above ``max_cpu_hours`` of CPU time:
+    a run of a day should be asked for, not started by a typo in the TV."""
+    hours = est.cpu_seconds / 3600
+    if hours > max_cpu_hours:
+        raise ShardError(f"this run is estimated at {hours:,.3g} CPU-hours, above the budget of "
+                         f"{max_cpu_hours:g}; ask for a coarser TV or fewer fixtures, or run it with "
+                         f"{option} {math.ceil(hours * 1.5):g}")
+
+
+def refuse_more_shards_than_calls(fixtures: Sequence[PairFixture], rows: Mapping[str, int], chunk_bytes: int,
+                                  shards: int | None) -> None:
+    """A shard is at least one decoder call: refuse ``--shards`` above a fixture's calls."""
+    for fixture in fixtures if shards else ():
+        n = fixture_rows(fixture, rows[fixture.name])
+        calls = -(-n // call_step(fixture, n, chunk_bytes))
+        if shards > calls:
+            raise ShardError(f"--shards {shards:,} is more than the {calls:,} decoder call(s) {fixture.name} "
+                             f"takes ({n:,} rows); a shard is at least one call: ask for at most {calls:,}")
+
+
 def guarantee_reached(frame) -> dict[str, float]:
     """Worst-case TV per fixture as the certificate states it: the largest figure of its
     GUARANTEE rows that ran (inf where some position has none)."""
