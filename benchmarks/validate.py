@@ -517,7 +517,7 @@ def rows(specdecode_data: str | None = None, profiles: str | None = None, only: 
         dp_attention_rows(add, profiles)
     if only is None and profiles is None:
         MOE_SUMMARY[:] = moe_curve_rows(add)
-    elif need(AMD_MTP, AMD_EAGLE3):
+    elif only in (AMD_MTP, AMD_EAGLE3):
         moe_curve_rows(add, profiles=profiles, prior_only=True)
     return out if only is None else [row for row in out if row["source"] == only]
 
