@@ -28,9 +28,16 @@ def pyplot():
 
 
 def save_figure(fig, path: Path, dpi: int = 120) -> Path:
-    """Write ``fig`` as a PNG without a timestamp or software tag (same figure, same bytes), then clear it."""
-    fig.savefig(path, dpi=dpi, bbox_inches="tight", metadata={"Software": None})
+    """Write ``fig`` as a PNG without a timestamp or software tag (same figure, same bytes), then clear it;
+    written as every report is (``csvio.write_bytes_atomic``): whole or not at all, a failure in one line."""
+    import io
+
+    from specgauge.csvio import write_bytes_atomic
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight", metadata={"Software": None})
     fig.clf()
+    write_bytes_atomic(path, buffer.getvalue())
     return path
 
 
