@@ -37,7 +37,6 @@ def _kind(name: str):
     return parse
 
 
-tv_type = _kind("tv")
 
 
 def pytest_addoption(parser) -> None:
@@ -45,12 +44,14 @@ def pytest_addoption(parser) -> None:
     group.addoption("--specgauge-decoder", default=None, metavar="NAME",
                     help="decoder to certify: a built-in short name (numpy, torch, hf, vllm, sglang, ...) or "
                          f"MODULE:NAME; default ${DECODER_ENV}, else numpy")
-    group.addoption("--specgauge-tv", type=tv_type, default=None, metavar="TV",
+    group.addoption("--specgauge-tv", type=_kind("certified_tv"), default=None, metavar="TV",
                     help="total-variation discrepancy that must be detectable; sets the sample sizes "
                          "(default 0.005, or the coarser TVs a slow decoder declares, per fixture)")
-    group.addoption("--specgauge-guarantee", type=tv_type, default=None, metavar="TV",
+    group.addoption("--specgauge-guarantee", type=_kind("certified_tv"), default=None, metavar="TV",
                     help="size each fixture's rows for this worst-case TV at its rarest emitted position (the "
                          "identity rows' guarantee), and the directional checks for it unless --specgauge-tv is given")
+    group.addoption("--specgauge-max-cpu-hours", type=_kind("positive"), default=None, metavar="H",
+                    help="with --specgauge-guarantee: refuse a run estimated above H CPU-hours (default 1)")
     group.addoption("--specgauge-false-fail", type=_kind("false_fail"), default=1e-4, metavar="RATE",
                     help="family-wise false-fail rate: the chance that an exact decoder fails any assertion of "
                          "the suite; each assertion gets its Bonferroni share (default 1e-4)")
@@ -112,14 +113,20 @@ def sized_estimate(config, guarantee: float) -> None:
 
     from specgauge.stattests.chain.certify import CertConfig, plan_size
     from specgauge.stattests.chain.checks import CHECKS
-    from specgauge.stattests.chain.shards import refuse_unholdable, sized_plan
+    from specgauge.stattests.chain.shards import (DEFAULT_MAX_CPU_HOURS, refuse_over_budget, refuse_unholdable,
+                                                  sized_plan)
 
     slow = bool(config.getoption("specgauge_slow", False))  # as the suite's conftest sizes it
     tv = config.getoption("specgauge_tv", None)
     cert = CertConfig(tv=tv or guarantee, guarantee=guarantee, false_fail=config.getoption("specgauge_false_fail"),
                       assertions=plan_size(slow))
-    _, pairs, _, est = sized_plan(cert, slow=slow)
-    refuse_unholdable(est, None)
+    budget = config.getoption("specgauge_max_cpu_hours", None) or DEFAULT_MAX_CPU_HOURS
+
+    def refuse(est) -> None:
+        refuse_unholdable(est, None)
+        refuse_over_budget(est, budget, option="--specgauge-max-cpu-hours")
+
+    _, pairs, _, est = sized_plan(cert, slow=slow, refuse=refuse)
     asked = {f.name: guarantee for f in pairs if CHECKS["identity"].applies(f)}
     workers = getattr(config.option, "numprocesses", None)
     for line in est.lines(workers if isinstance(workers, int) and workers > 0 else 1, asked):

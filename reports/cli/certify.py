@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "(the identity test's guarantee), and the directional checks for it unless --tv is "
                             "given; the time and bytes are estimated first, and a run this machine cannot hold, "
                             "or above --max-cpu-hours, is refused")
-    sized.add_argument("--max-cpu-hours", type=validate.Real(low=0.0, low_open=True, noun="a number of hours"),
+    sized.add_argument("--max-cpu-hours", type=validate.positive,
                        default=DEFAULT_MAX_CPU_HOURS, metavar="H",
                        help=f"refuse a sized run estimated above H CPU-hours (default {DEFAULT_MAX_CPU_HOURS:g})")
     sized.add_argument("--shards", type=validate.positive_int, default=None, metavar="N",
@@ -91,12 +91,12 @@ def main(argv: list[str] | None = None) -> int:
                             timeout=args.timeout)
     if sharded:
         return _sized(args, argv, target, decoder, config, options)
-    print(f"certifying {args.decoder or 'numpy'}: {sizing_note(config)}", file=sys.stderr)
-    capped = capped_note(config, args.fixture, args.check, args.slow, progress=not args.no_progress)
-    if capped:
-        print(capped, file=sys.stderr)
     arguments = list(sys.argv[1:] if argv is None else argv)
     with sweep_lock(target, "specgauge certify " + " ".join(arguments)):  # a second run on this CSV is refused
+        print(f"certifying {args.decoder or 'numpy'}: {sizing_note(config)}", file=sys.stderr)
+        capped = capped_note(config, args.fixture, args.check, args.slow, progress=not args.no_progress)
+        if capped:
+            print(capped, file=sys.stderr)
         session = certification(decoder, config, checks=args.check, fixtures=args.fixture,
                                 progress=not args.no_progress, name=decoder_name(args.decoder), slow=args.slow)
         cert = session.certificate()
@@ -119,10 +119,14 @@ def _sized(args, argv, target, decoder, config: CertConfig, options: SweepOption
                                                   refuse_unholdable, run_shards, sized_plan)
 
     name = decoder_name(args.decoder)
-    planned, pairs, rows, est = sized_plan(config, args.fixture, args.check, args.slow, progress=options.progress)
     cache = ShardCache(target.path.with_name(target.path.name + ".shards"))
-    refuse_unholdable(est, cache.folder)
-    refuse_over_budget(est, args.max_cpu_hours)
+
+    def refuse(est) -> None:  # after each fixture is sized: as soon as the part sized so far decides
+        refuse_unholdable(est, cache.folder)
+        refuse_over_budget(est, args.max_cpu_hours)
+
+    planned, pairs, rows, est = sized_plan(config, args.fixture, args.check, args.slow, progress=options.progress,
+                                           refuse=refuse)
     refuse_more_shards_than_calls(pairs, rows, planned.chunk_bytes, args.shards)
     asked = {f.name: config.guarantee for f in pairs if config.guarantee is not None and CHECKS["identity"].applies(f)}
     local = options.resolved_executor() == "serial"

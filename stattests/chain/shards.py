@@ -351,17 +351,23 @@ def guarantee_reached(frame) -> dict[str, float]:
 
 
 def sized_plan(config, fixtures: Sequence[str] | None = None, checks: Sequence[str] | None = None,
-               slow: bool = False, progress: bool = False) -> tuple[Any, list[PairFixture], dict[str, int], Estimate]:
+               slow: bool = False, progress: bool = False, refuse: Callable[[Estimate], Any] | None = None,
+               ) -> tuple[Any, list[PairFixture], dict[str, int], Estimate]:
     """(config as run, the distribution-pair fixtures, rows each, the estimate): what a sized
     run will do, computed before any decoder call (whole sequences are not sharded). Sizing
     searches each position's identity-test size, tens of seconds over the default fixtures:
-    ``progress`` shows a bar over them."""
+    ``progress`` shows a bar over them. ``refuse`` sees the estimate of the fixtures sized so
+    far after each one (a lower bound on the whole run's), so a run past the machine or the
+    budget is refused as soon as that is certain, not after sizing the rest."""
     from tqdm import tqdm
 
     from specgauge.stattests.chain.certify import plan, planned_config
 
     planned = planned_config(config, fixtures, checks, slow)
     pairs = list({f.name: f for _, f, _ in plan(fixtures, checks, slow) if f.kind != "sequence"}.values())
-    rows = {f.name: planned.rows(f) for f in tqdm(pairs, desc="sizing the samples", unit="fixture",
-                                                  disable=not progress, leave=False)}
+    rows: dict[str, int] = {}
+    for fixture in tqdm(pairs, desc="sizing the samples", unit="fixture", disable=not progress, leave=False):
+        rows[fixture.name] = planned.rows(fixture)
+        if refuse is not None:
+            refuse(estimate(pairs[:len(rows)], rows, planned.chunk_bytes))
     return planned, pairs, rows, estimate(pairs, rows, planned.chunk_bytes)
