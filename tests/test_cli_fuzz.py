@@ -247,10 +247,14 @@ JUNK_VALUES = ["nan", "-1", "1e999", '"x"', "[]", "{}", "0", "-0.0", "true", "nu
 
 @st.composite
 def malformed(draw, valid: str) -> str:
-    """``valid`` broken one way: cut short, a character or a number replaced, junk inserted, or emptied."""
-    how = draw(st.sampled_from(["cut", "char", "number", "insert", "empty", "lines"]))
+    """``valid`` broken one way: cut short, a character or a number replaced, junk inserted, emptied,
+    or nesting deeper than a recursive parser goes (the whole file, or one line more)."""
+    how = draw(st.sampled_from(["cut", "char", "number", "insert", "empty", "lines", "deep"]))
     if how == "empty" or not valid:
         return ""
+    if how == "deep":
+        deep = "[" * 100_000 + "]" * 100_000
+        return deep if draw(st.booleans()) else valid.rstrip("\n") + "\n" + deep + "\n"
     at = draw(st.integers(0, len(valid) - 1))
     if how == "cut":
         return valid[:at]
@@ -316,8 +320,10 @@ READERS = {
 }
 
 #: reader -> the exit status of its error line, where it is not 2: a decoder module that loads
-#: and then raises inside ``verify`` fails while working (1); one that cannot load is a usage error
-STATUS: dict[str, Callable[[str], int]] = {"decoder-module": lambda line: 1 if "decoder's verify raised" in line else 2}
+#: and then raises inside ``verify`` or breaks its contract fails while working (1); one that
+#: cannot load is a usage error
+STATUS: dict[str, Callable[[str], int]] = {
+    "decoder-module": lambda line: 1 if "decoder's verify raised" in line or "broke the verify contract" in line else 2}
 
 #: reader -> why it may still crash (a strict expected failure would be wrong: a fuzz case may not hit it)
 KNOWN_FAILURES: dict[str, str] = {}

@@ -132,6 +132,8 @@ def check_serve_result(data: dict[str, Any], where: str) -> tuple[float, float, 
         concurrency = float(concurrency)
     except (TypeError, ValueError):
         raise CalibrateError(f"{where}: max_concurrency must be a number, got {data['max_concurrency']!r}") from None
+    if not (math.isfinite(concurrency) and concurrency >= 1):  # requests in flight: at least one
+        raise CalibrateError(f"{where}: max_concurrency must be a number >= 1, got {data['max_concurrency']!r}")
     return (concurrency, _number(data, "total_input_tokens", where) / completed,
             _number(data, "total_output_tokens", where) / completed, _number(data, "mean_tpot_ms", where) * 1e-3)
 

@@ -158,8 +158,13 @@ def check_combinations(configs: list[SimulationConfig], sweep: bool) -> None:
     (the engine runs min(batch cap, speculative cap)): above the batch cap it does nothing,
     refused for one configuration; a sweep refuses it above every swept batch cap (below
     some of them it is the engine's lowered cap, as SGLang's 48)."""
-    from specgauge.simulator.trees import rank_rates
+    from specgauge.simulator.trees import parse_tree, rank_rates
 
+    try:  # a tree is parsed when γ > 0 fixes its depth; with γ = 0 too, or a bad one fails mid-run
+        for text in dict.fromkeys(c.tree for c in configs if c.tree is not None):
+            parse_tree(text)
+    except ConfigError as exc:
+        raise as_usage_error(exc) from None
     given = [c for c in configs if c.tree_acceptance is not None]
     if given:
         try:
