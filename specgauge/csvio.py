@@ -106,7 +106,8 @@ def check_writable(target: Path, create_folder: bool = False) -> None:
     if create_folder and not folder.exists():
         folder = next((p for p in folder.parents if p.exists()), Path("."))
     if not folder.is_dir():
-        raise ReportPathError(f"cannot write {str(target)!r}: folder {str(target.parent)!r} does not exist")
+        why = f"{str(folder)!r} is a file, not a folder" if folder.exists() else f"folder {str(folder)!r} does not exist"
+        raise ReportPathError(f"cannot write {str(target)!r}: {why}")
     if target.exists() or target.is_symlink():
         problem = output_file_problem(target)
         if problem:

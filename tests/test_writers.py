@@ -97,7 +97,8 @@ def test_the_default_folder_is_made_at_the_first_write_and_a_refused_run_leaves_
     assert (folder / "reports" / "plan.csv").is_file()
 
 
-def test_an_unwritable_default_folder_is_refused_before_any_work(folder):
+def test_an_unwritable_default_folder_is_refused_before_any_work(folder, capsys):
     """The default folder cannot be made where a file already stands in its place."""
     Path(folder / "reports").write_text("not a folder")
     assert main(PLAN) == 2
+    assert "cannot write 'reports/plan.csv': 'reports' is a file, not a folder" in capsys.readouterr().err
