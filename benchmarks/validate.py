@@ -524,17 +524,21 @@ def rows(specdecode_data: str | None = None, profiles: str | None = None, only: 
 
 # ----------------------------------------------------------------- leave one source out
 
-def _head_pass_s(gpu_name: str = "h100", target_name: str = "llama-3.1-8b", ctx: float = 256.0) -> float:
-    """An EAGLE-3 head's datasheet pass at batch 1, without the proposer's own work around it."""
+def _head_step(gpu_name: str = "h100", target_name: str = "llama-3.1-8b") -> PassCost:
+    """An EAGLE-3 head's datasheet pass, without the proposer's own work around it."""
     from specgauge.simulator.drafts import EAGLE_DRAFT_BYTES, _head_params
     from specgauge.simulator.profiles import load_gpu, load_model
 
     gpu, target = load_gpu(gpu_name), load_model(target_name)
     _, linear = _head_params(target, "eagle")
-    step = PassCost.from_shape(gpu, linear_params=linear, kv_bytes_per_token=target.kv_bytes_per_gpu(1) / target.layers,
+    return PassCost.from_shape(gpu, linear_params=linear, kv_bytes_per_token=target.kv_bytes_per_gpu(1) / target.layers,
                                attn_flops_per_ctx=4.0 * target.heads * target.head_dim, layers=2, hidden=target.hidden,
                                dtype_bytes=EAGLE_DRAFT_BYTES)
-    return float(step.time(1, ctx, ctx))
+
+
+def _head_pass_s(ctx: float = 256.0) -> float:
+    """The head's datasheet pass at batch 1 (Llama-3.1-8B's EAGLE-3 head on an H100)."""
+    return float(_head_step().time(1, ctx, ctx))
 
 
 def pass_overhead_estimates() -> dict[str, float]:
@@ -598,8 +602,10 @@ def fold_profile(held_out: str, path: str, passes: dict[str, float], moe: dict[s
                  f'c_weight_ms = {prior.c_weight * 1e3!r}\nc_token_us = {prior.c_token * 1e6!r}\n'
                  f'c_kv_ns = {prior.c_kv * 1e9!r}\nc_attn_ns = {prior.c_attn * 1e9!r}\nknee = {prior.knee!r}\n'
                  f'includes_engine = false\nsource = "datasheet prior (leave-one-source-out fold without [1])"\n')
+        head = _head_step()
         text += (f'[steps."eagle:llama-3.1-8b@h100-sxm@tp1"]\nc_fixed_ms = 0.0\n'
-                 f'c_pass_ms = {_head_pass_s() * 1e3 + per_pass!r}\nsource = "head pass from shape + [14]"\n')
+                 f'c_pass_ms = {_head_pass_s() * 1e3 + per_pass!r}\nc_token_us = {head.c_token * 1e6!r}\n'
+                 f'c_kv_ns = {head.c_kv * 1e9!r}\nsource = "head pass from shape + [14]"\n')
     with open(path, "w") as handle:
         handle.write(text)
     return path
