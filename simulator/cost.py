@@ -59,6 +59,7 @@ class PassCost:
     experts: int = 0
     experts_per_token: int = 0
     measured_experts: tuple | None = None   # a measured distinct-experts curve; None: random routing
+    affinity: float = 1.0              # new experts each further consecutive token of a sequence brings (1: independent)
     source: str = PRIOR
 
     @classmethod
@@ -118,7 +119,8 @@ class PassCost:
         # A MoE pass's GEMMs are many small ones (a few tokens per expert): their time adds to
         # the expert reads instead of hiding under them, at a lower efficiency than a dense
         # GEMM's (GPU.moe_knee, GPU.moe_token_factor: what published MoE serve curves measured).
-        cost = replace(cost, c_token=cost.c_token * gpu.moe_token_factor, knee=gpu.moe_knee).split_ranks(dp)
+        cost = replace(cost, c_token=cost.c_token * gpu.moe_token_factor, knee=gpu.moe_knee,
+                       affinity=model.expert_affinity).split_ranks(dp)
         return cost if dp == 1 and ep == 1 else cost.with_moe_exchange(gpu, model, tp * dp, ep)
 
     def with_moe_exchange(self, gpu: GPU, model: Model, gpus: int, ep: int) -> "PassCost":
@@ -138,6 +140,7 @@ class PassCost:
         """A fit's coefficients; attention arithmetic (not in the fit's form) and a MoE's expert
         traffic from the prior."""
         moe = {} if attn_from is None else dict(c_expert=attn_from.c_expert, experts=attn_from.experts,
+                                                affinity=attn_from.affinity,
                                                 experts_per_token=attn_from.experts_per_token,
                                                 measured_experts=attn_from.measured_experts)
         return cls(c_fixed=fit.c_fixed_ms * 1e-3, c_token=fit.c_token_us * 1e-6, c_kv=fit.c_kv_ns * 1e-9,
@@ -152,23 +155,31 @@ class PassCost:
         prior = cls.prior(gpu, model, tp, dp=dp, ep=ep)
         return prior if fit is None or dp > 1 or ep > 1 else cls.from_fit(fit, prior)
 
-    def weights(self, tokens):
-        """Seconds streaming weights: the dense part plus the routed experts ``tokens`` touch."""
+    def runs(self, sequences, run, extra=0.0):
+        """Tokens routed as if independent for ``sequences`` runs of ``run`` consecutive tokens (a
+        verification's γ + 1 a sequence) plus ``extra`` independent ones: a sequence's consecutive
+        tokens share experts, so a run touches as many as 1 + (run − 1)·affinity independent tokens."""
+        return sequences * (1.0 + (run - 1.0) * self.affinity) + extra
+
+    def weights(self, tokens, routed=None):
+        """Seconds streaming weights: the dense part plus the routed experts the tokens touch
+        (``routed``: the tokens routed as if independent, ``runs``; default all of them)."""
         if not self.experts:
             return self.c_weight
-        return self.c_weight + self.c_expert * distinct_experts(tokens, self.experts, self.experts_per_token,
-                                                                self.measured_experts)
+        return self.c_weight + self.c_expert * distinct_experts(tokens if routed is None else routed, self.experts,
+                                                                self.experts_per_token, self.measured_experts)
 
-    def linear(self, tokens):
+    def linear(self, tokens, routed=None):
         """Seconds of the pass's matrices: weight streaming and GEMM arithmetic, blended at the knee."""
-        return blend(self.weights(tokens), self.c_token * tokens, self.knee)
+        return blend(self.weights(tokens, routed), self.c_token * tokens, self.knee)
 
-    def time(self, tokens, kv, attn):
+    def time(self, tokens, kv, attn, routed=None):
         """Seconds for a pass over ``tokens`` new tokens reading ``kv`` cached tokens.
 
-        ``attn`` is the sum over new tokens of the context each attends to.
+        ``attn`` is the sum over new tokens of the context each attends to; ``routed`` the tokens
+        whose experts count as independent (``runs``; default all).
         """
-        return self.c_fixed + self.linear(tokens) + np.maximum(self.c_kv * kv, self.c_attn * attn)
+        return self.c_fixed + self.linear(tokens, routed) + np.maximum(self.c_kv * kv, self.c_attn * attn)
 
     def is_compute_bound(self, tokens, kv, attn):
         """Whether the GEMMs' arithmetic outweighs weight streaming and the KV read."""
@@ -251,7 +262,7 @@ class RoundCost:
             return seconds, self.target.is_compute_bound(batch, ctx, ctx)
         shape = self.shape(gamma)
         tokens = batch * shape.verified
-        verify = self.target.time(tokens, ctx, shape.verified * ctx)
+        verify = self.target.time(tokens, ctx, shape.verified * ctx, self.target.runs(batch, shape.verified))
         bound = self.target.is_compute_bound(tokens, ctx, shape.verified * ctx)
         seconds = verify + self.draft.round(batch, shape.steps, shape.drafted, ctx, verify) + self.overhead(tokens, True)
         return seconds, bound
@@ -266,7 +277,9 @@ class RoundCost:
         tokens = batch * shape.verified + prefill_tokens
         kv = ctx + prefill_ctx
         attn = shape.verified * ctx + prefill_attn
-        verify = float(self.target.time(tokens, kv, attn))
+        # a prompt chunk's tokens count as independent (a chunk of thousands touches every expert anyway)
+        routed = self.target.runs(batch, shape.verified, prefill_tokens)
+        verify = float(self.target.time(tokens, kv, attn, routed))
         bound = bool(self.target.is_compute_bound(tokens, kv, attn))
         seconds = verify + float(self.overhead(tokens, speculative and gamma > 0))
         if speculative and self.draft is not None:

@@ -78,7 +78,7 @@ class PassDraft:
         if self.kv_budget is not None:
             ctx = np.minimum(ctx, batch * self.kv_budget)
         ingest = steps + 1 if self.catch_up else width
-        first = self.step.time(batch * ingest, ctx, ingest * ctx)
+        first = self.step.time(batch * ingest, ctx, ingest * ctx, self.step.runs(batch, ingest))
         return first + (steps - 1) * self.step.time(batch * width, ctx, width * ctx) if steps > 1 else first
 
     def prefill(self, tokens, ctx, attn):
@@ -242,5 +242,7 @@ def build_draft(name: str | None, *, gpu: GPU, target: Model, target_cost: PassC
             expert_params=target.expert_params if moe else 0.0, moe_layers=int(moe), experts=target.experts if moe else 0,
             experts_per_token=target.experts_per_token if moe else 0,
             measured_experts=target.measured_experts if moe else None), gpu).split_ranks(dp))
+        if moe:
+            cost = replace(cost, step=replace(cost.step, affinity=target.expert_affinity))
     # At TP 1 the head's weights and KV sit whole on one GPU, which bounds the KV blocks of all.
     return Draft(kind, f"{kind}:{target.name}", dtp, resident * head_bytes / dtp, kv / dtp, cost, empty)

@@ -48,14 +48,15 @@ def test_expert_traffic_follows_the_distinct_experts_a_pass_touches():
     assert cost.time(4, 1000, 4000) / cost.time(1, 1000, 1000) > 1.5
 
 
-def test_mtp_on_a_moe_target_runs_and_pays_most_at_large_batch():
+def test_mtp_on_a_moe_target_runs_and_pays_less_than_its_tokens_a_pass():
     rows = [simulate(SimulationConfig(gpu="h200", target="qwen3-30b-a3b", draft="mtp", gamma=2, batch_size=b,
                                       acceptance=IIDAcceptance(0.8), requests=3 * b, prompt_len=256, output_len=128))
             for b in (1, 64)]
     assert all(r["completed"] == 3 * b for r, b in zip(rows, (1, 64)))
     # Batch 1: verifying touches more experts, so speculation pays less than E[N]; at batch 64 every expert
-    # is read anyway and the verified tokens ride along.
-    assert 1.0 < rows[0]["speedup_vs_no_spec"] < rows[1]["speedup_vs_no_spec"]
+    # is read anyway, but the verified tokens' GEMMs add to the reads (the MoE prior), so it pays less again.
+    tokens = IIDAcceptance(0.8).expected_tokens_per_pass(2)
+    assert 1.0 < rows[1]["speedup_vs_no_spec"] < rows[0]["speedup_vs_no_spec"] < tokens
     setup = resolve(SimulationConfig(gpu="h200", target="deepseek-v3", draft="mtp", tp=8, gamma=1))
     assert setup.draft.weight_bytes == pytest.approx(_head_params(load_model("deepseek-v3"), "mtp")[0] / 8)
     assert np.isfinite(setup.target_cost.time(64, 64_000, 64_000))

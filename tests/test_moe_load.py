@@ -118,7 +118,9 @@ def test_a_heads_round_starts_with_a_catch_up_pass_over_the_accepted_tokens():
     setup = resolve(replace(DEEPSEEK, gamma=3))
     draft = setup.draft.cost
     step = draft.step
-    assert draft.round(1, 3, 3.0, 4000, 0.0) == pytest.approx(step.time(4, 4000, 16000) + 2 * step.time(1, 4000, 4000))
+    # the catch-up's 4 tokens are one sequence's consecutive tokens: they share experts (step.runs)
+    assert draft.round(1, 3, 3.0, 4000, 0.0) == pytest.approx(step.time(4, 4000, 16000, step.runs(1, 4))
+                                                              + 2 * step.time(1, 4000, 4000))
     flat = replace(draft, catch_up=False)
     assert flat.round(1, 3, 3.0, 4000, 0.0) == pytest.approx(3 * step.time(1, 4000, 4000))
     # the passes' own cost (the proposer's per-pass work, the same in both, left out) grows by over 5 %
@@ -126,7 +128,7 @@ def test_a_heads_round_starts_with_a_catch_up_pass_over_the_accepted_tokens():
         flat.round(1, 3, 3.0, 4000, 0.0) - 3 * step.c_fixed)
     # A tree's round: the catch-up (depth + 1 a sequence), then depth - 1 levels of K nodes each.
     assert draft.round(8, 3, 12.0, 32000, 0.0) == pytest.approx(
-        step.time(8 * 4, 32000, 4 * 32000) + 2 * step.time(8 * 4, 32000, 4 * 32000))
+        step.time(8 * 4, 32000, 4 * 32000, step.runs(8, 4)) + 2 * step.time(8 * 4, 32000, 4 * 32000))
 
 
 def test_the_target_drafting_for_itself_has_no_catch_up_pass():

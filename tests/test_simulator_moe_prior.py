@@ -37,3 +37,18 @@ def test_deepseek_mtp_falls_past_64_with_the_moe_prior_and_the_roofline_keeps_it
     roofline = tmp_path / "roofline.toml"
     roofline.write_text('[gpus."h200"]\nmoe_token_factor = 1.0\nmoe_knee = 1.5\n')
     assert _speedups(str(roofline))[2] > shipped[2] + 0.1
+
+
+def test_a_sequences_consecutive_tokens_share_experts():
+    """Cohere's measurement: 4 consecutive tokens load about 2.5 times one token's experts. With
+    expert_affinity 1 (independent routing, the known-bad case) they load 4 times."""
+    gpu, model = load_gpu("h200"), load_model("deepseek-v3")
+    cost = PassCost.prior(gpu, model, 8)
+    k = model.experts_per_token
+    reads = lambda c, routed: (c.weights(4, routed) - c.c_weight) / c.c_expert   # noqa: E731
+    assert reads(cost, cost.runs(1, 4)) == pytest.approx(model.distinct_experts(2.5))
+    assert reads(cost, cost.runs(1, 4)) / k == pytest.approx(2.5, rel=0.03)
+    independent = replace(cost, affinity=1.0)
+    assert reads(independent, independent.runs(1, 4)) / k == pytest.approx(4.0, rel=0.05)
+    # a batch's sequences route independently of each other
+    assert cost.runs(64, 4) == 64 * 2.5 and cost.runs(64, 1) == 64
