@@ -139,6 +139,8 @@ def output_file_problem(target: Path) -> str | None:
     """Why an existing ``target`` cannot be replaced by a report (not a regular file), or None."""
     import stat
 
+    from specgauge.validate import file_kind
+
     try:
         mode = os.stat(target).st_mode
     except FileNotFoundError:  # a dangling link: the report replaces the link
@@ -147,10 +149,7 @@ def output_file_problem(target: Path) -> str | None:
         return exc.strerror or str(exc)
     if stat.S_ISREG(mode):
         return None
-    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
-             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-    kind = next((name for test, name in kinds if test(mode)), "not a regular file")
-    return f"it is {kind}, not a regular file; name a file to write"
+    return f"it is {file_kind(mode)}, not a regular file; name a file to write"
 
 
 def ensure_folder(path: Path) -> bool:

@@ -370,10 +370,14 @@ _NOT_REGULAR = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)
                 (stat.S_ISSOCK, "a socket"))
 
 
+def file_kind(mode: int) -> str:
+    """What a ``stat`` mode that is not a regular file's is, in words ("a named pipe (FIFO)")."""
+    return next((name for test, name in _NOT_REGULAR if test(mode)), "not a regular file")
+
+
 def _mode_problem(mode: int, size: int) -> str | None:
     if not stat.S_ISREG(mode):
-        kind = next((name for test, name in _NOT_REGULAR if test(mode)), "not a regular file")
-        return f"is {kind}, not a regular file (input files are read whole)"
+        return f"is {file_kind(mode)}, not a regular file (input files are read whole)"
     if size > MAX_INPUT_BYTES:
         return (f"is {size / 2**30:,.1f} GiB, more than the {MAX_INPUT_BYTES / 2**30:g} GiB an input file may be "
                 "(input files are read whole)")
