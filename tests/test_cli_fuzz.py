@@ -1,8 +1,10 @@
 """Fuzz: every subcommand's parser and every input-file reader, fed generated bad values and malformed files.
 
 What a user is promised, checked on whatever hypothesis generates: no traceback, a
-non-zero exit with exactly one line of error (or a clean run), and no output file left
-behind after an error; and a random valid configuration runs. Everything runs in
+non-zero exit with exactly one line of error and the exit status docs/development.md gives
+its kind (2 for what the user gave wrong), or a clean run, and no output file left behind
+after an error; an input file that is a FIFO, a device, a folder or past the size limit
+refused at once (each case under a time limit); and a random valid configuration runs. Everything runs in
 process through ``specgauge.reports.cli.main``. The example counts are fixed so the module
 stays near a minute; ``pytest --hypothesis-profile slow tests/test_cli_fuzz.py`` runs ten
 times as many.
