@@ -33,6 +33,7 @@ WRITERS = [
     ("plan", [*PLAN, "--csv", "out.csv"], "out.csv", "--csv"),
     ("calibrate", [*CALIBRATE, "--out", "out.toml"], "out.toml", "--out"),
     ("acceptance", [*ACCEPTANCE, "--csv", "out.csv"], "out.csv", "--csv"),
+    ("law", ["law", "--rounds", "20", "--gamma", "2", "--alpha", "0.5", "--csv", "out.csv"], "out.csv", "--csv"),
 ]
 
 

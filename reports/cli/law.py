@@ -25,6 +25,7 @@ from specgauge.stattests.core.contract import ContractViolation, check_emitted, 
 from specgauge.errors import SpecgaugeError
 from specgauge.laws import law_frame, speedup, tokens_per_pass  # noqa: F401  (speedup: re-exported)
 from specgauge.stattests.core.sampling import sample_rows
+from specgauge.sweeps.journal import sweep_lock
 
 from .console import say, warn
 
@@ -233,16 +234,18 @@ def main(argv: list[str] | None = None) -> int:
     target: CsvTarget = resolve_csv_target(args.csv, default_name="law.csv")
     total = args.rounds * len(args.alpha) * len(args.gamma)
     slow = bool(total) and _announce(total, max(args.gamma), decoder)
-    frame = law_table(args.alpha, args.gamma, args.cost_ratio, args.rounds, args.seed, decoder,
-                      progress=slow and not args.no_progress)
-    metadata = {"command": "law", "arguments": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}}
-    write_csv_atomic(frame, target.path, metadata)
-    say(f"wrote {target.path} ({len(frame)} rows)")
-    if args.plot:
-        from specgauge.reports.figures.curves import plot_law
+    with sweep_lock(target, "specgauge law " + " ".join(sys.argv[2:] if argv is None else argv)):  # one run a CSV
+        frame = law_table(args.alpha, args.gamma, args.cost_ratio, args.rounds, args.seed, decoder,
+                          progress=slow and not args.no_progress)
+        metadata = {"command": "law",
+                    "arguments": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}}
+        write_csv_atomic(frame, target.path, metadata)
+        say(f"wrote {target.path} ({len(frame)} rows)")
+        if args.plot:
+            from specgauge.reports.figures.curves import plot_law
 
-        for path in plot_law(frame, target.path):
-            say(f"wrote {path}")
+            for path in plot_law(frame, target.path):
+                say(f"wrote {path}")
     if args.rounds:
         worst = ((frame["mc_tokens_per_pass"] - frame["tokens_per_pass"]) / frame["mc_tokens_per_pass_se"].where(
             frame["mc_tokens_per_pass_se"] > 0)).abs().max()
