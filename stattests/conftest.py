@@ -112,11 +112,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     if session is None or isinstance(session, tuple) or not session.rows:
         return
     from specgauge.stattests.chain.certify import sizing_note
+    from specgauge.stattests.core.certificate import fold
 
     cert = session.certificate()
     terminalreporter.section("specgauge certificate")
     path = config.getoption("specgauge_certificate")
-    terminalreporter.write_line(sizing_note(session.config))
+    terminalreporter.write_line(fold(sizing_note(session.config)))
     terminalreporter.write_line(cert.summary(os.fspath(path) if path else None))
     if path:
         cfg = session.config

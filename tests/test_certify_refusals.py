@@ -142,3 +142,17 @@ def test_ctrl_c_ends_a_run_on_local_processes_at_once(tmp_path):
     assert "interrupted" in rest and "Traceback" not in rest
     assert not [w for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE]
     assert not (tmp_path / "c.csv").exists() and not (tmp_path / "c.csv.lock").exists()
+
+
+def test_summary_lines_fit_a_terminal(tmp_path, capsys):
+    """Each printed line is at most the summary's width, a TV figure on a line with its name."""
+    from specgauge.stattests.core.certificate import SUMMARY_WIDTH
+
+    status = main(["certify", "--decoder", "specgauge.stattests.chain.zoo:long-draft-bug", "--fixture",
+                   "batch1-g5", "--no-progress", "--csv", str(tmp_path / "c.csv")])
+    out = capsys.readouterr()
+    assert status == 1
+    lines = (out.out + out.err).splitlines()
+    assert max(map(len, lines)) <= SUMMARY_WIDTH, max(lines, key=len)
+    assert any(line.startswith("  guaranteed TV: ") for line in lines)
+    assert any(line.startswith("  directional detectable discrepancy: ") for line in lines)

@@ -9,6 +9,7 @@ from dataclasses import replace
 from specgauge import validate
 from specgauge.stattests.chain.certify import (ALL_FIXTURES, DEFAULT_FALSE_FAIL, CertConfig, certify, decoder_config,
                                               plan, plan_size)
+from specgauge.stattests.core.certificate import fold
 from specgauge.stattests.core.contract import decoder_name, load_decoder
 from specgauge.stattests.chain.checks import CHECKS
 from specgauge.csvio import resolve_csv_target
@@ -93,10 +94,10 @@ def main(argv: list[str] | None = None) -> int:
         return _sized(args, argv, target, decoder, config, options)
     arguments = list(sys.argv[1:] if argv is None else argv)
     with sweep_lock(target, "specgauge certify " + " ".join(arguments)):  # a second run on this CSV is refused
-        print(f"certifying {args.decoder or 'numpy'}: {sizing_note(config)}", file=sys.stderr)
+        print(fold(f"certifying {args.decoder or 'numpy'}: {sizing_note(config)}"), file=sys.stderr)
         capped = capped_note(config, args.fixture, args.check, args.slow, progress=not args.no_progress)
         if capped:
-            print(capped, file=sys.stderr)
+            print(fold(capped), file=sys.stderr)
         session = certification(decoder, config, checks=args.check, fixtures=args.fixture,
                                 progress=not args.no_progress, name=decoder_name(args.decoder), slow=args.slow)
         cert = session.certificate()
@@ -135,11 +136,11 @@ def _sized(args, argv, target, decoder, config: CertConfig, options: SweepOption
                         planned.chunk_bytes, args.shards)
     count = (f"{args.shards} shard(s) a fixture" if args.shards else
              f"{len(plan_)} shard(s) of about {SHARD_SECONDS / 60:g} CPU-minute (--shards N for another plan)")
-    print(f"certifying {args.decoder or 'numpy'}: {sizing_note(config)}"
+    print(fold(f"certifying {args.decoder or 'numpy'}: {sizing_note(config)}"
           + (f"; rows sized for worst-case TV {config.guarantee:g}" if config.guarantee is not None else "")
-          + f"; {count} on {options.resolved_executor()}", file=sys.stderr)
+          + f"; {count} on {options.resolved_executor()}"), file=sys.stderr)
     for line in est.lines(options.jobs, asked):
-        print(line, file=sys.stderr)
+        print(fold(line), file=sys.stderr)
     arguments = list(sys.argv[1:] if argv is None else argv)
     with sweep_lock(target, "specgauge certify " + " ".join(arguments)):
         if args.restart:
@@ -158,14 +159,14 @@ def _sized(args, argv, target, decoder, config: CertConfig, options: SweepOption
         cache.remove()
     reached = guarantee_reached(cert.frame)
     if reached:
-        say("worst-case TV reached (the identity rows' figure at each fixture's worst position): "
-            + "; ".join(f"{k} {v:.3g}" for k, v in reached.items()))
+        say(fold("worst-case TV reached (the identity rows' figure at each fixture's worst position): "
+                 + "; ".join(f"{k} {v:.3g}" for k, v in reached.items())))
     short = {k: v for k, v in reached.items() if k in asked and not v <= asked[k]}
     if short:
-        say(f"short of TV {config.guarantee:g} on {', '.join(f'{k} ({v:.3g})' for k, v in short.items())}: rows are "
-            "sized on the identity test's planning figure (analytic critical value), the rows state it at the "
-            "simulated null's critical value, a few per cent apart and not monotone in the emissions; the bonus "
-            "row says what the asked TV needs there")
+        say(fold(f"short of TV {config.guarantee:g} on {', '.join(f'{k} ({v:.3g})' for k, v in short.items())}: "
+                 "rows are sized on the identity test's planning figure (analytic critical value), the rows state "
+                 "it at the simulated null's critical value, a few per cent apart and not monotone in the "
+                 "emissions; the bonus row says what the asked TV needs there"))
     say(cert.summary(target.path))
     say(f"certificate: {target.path}")
     if args.plot:

@@ -188,11 +188,11 @@ class Certificate:
         assumed = sorted(set(f.loc[guarantee & (f["verdict"] != "untested"), "fixture"]) - set(independence["fixture"]))
         scope = ("every alternative with independent rows, independence tested at every position"
                  + (f" (assumed, not tested, on {', '.join(assumed)})" if assumed else ""))
-        for rows, label in ((guarantee, f"guaranteed TV (worst case over {scope}: the rows whose 'detectable' "
-                                        "says GUARANTEE; worst position per fixture)"),
-                            (f["check"] == "exactness", "directional detectable discrepancy of the other exactness "
-                                                        "checks (median over positions; 'detectable' says what each "
-                                                        "bounds)")):
+        for rows, label, meaning in (
+                (guarantee, "guaranteed TV", f"worst case over {scope}; the rows whose 'detectable' says GUARANTEE, "
+                                             "worst position per fixture"),
+                (f["check"] == "exactness", "directional detectable discrepancy",
+                 "of the other exactness checks, median over positions; 'detectable' says what each bounds")):
             dist = f[rows & (f["verdict"] != "untested")]
             by_fixture = dist.groupby("fixture")["min_detectable_tv"]
             reached = (by_fixture.max() if rows is guarantee else by_fixture.median()).astype(float)
@@ -200,8 +200,9 @@ class Certificate:
             if not finite.empty:
                 blind = sorted(set(reached.index) - set(finite.index))
                 lines.append(f"  {label}: {finite.min():.3g} ({finite.idxmin()}) to {finite.max():.3g} "
-                             f"({finite.idxmax()}), power 0.999"
-                             + (f"; no guarantee at this sample size on {', '.join(blind)}" if blind else ""))
+                             f"({finite.idxmax()}), power 0.999")
+                lines.append(f"    ({meaning}"
+                             + (f"; no guarantee at this sample size on {', '.join(blind)}" if blind else "") + ")")
         if rate.notna().any():
             lines.append(f"  false-fail rate {rate.max():.2g} per assertion; family-wise over the "
                          f"{len(f)} assertions at most {min(1.0, rate.sum()):.2g}")
@@ -216,13 +217,26 @@ class Certificate:
         if len(failed) > listed and not raised:
             lines.append(f"  ... and {len(failed) - listed} more failed assertion{'s' if len(failed) - listed > 1 else ''}"
                          + (f" in {Path(csv_path).name}" if csv_path else " in the certificate"))
-        return "\n".join(lines)
+        return "\n".join(fold(line) for line in lines)
 
     def to_csv(self, path, metadata: dict | None = None) -> None:
         """Write the certificate atomically with its ``.meta.json`` sidecar (version, TV, seed...)."""
         from specgauge.csvio import write_csv_atomic
 
         write_csv_atomic(self.frame, path, {"command": "certify", **(metadata or {})})
+
+
+#: the longest line a summary prints: a terminal's or a log's width, never 300 characters
+SUMMARY_WIDTH = 100
+
+
+def fold(line: str) -> str:
+    """A summary line folded at SUMMARY_WIDTH, its continuation indented two more than the line."""
+    import textwrap
+
+    indent = " " * (len(line) - len(line.lstrip()))
+    return textwrap.fill(line, SUMMARY_WIDTH, subsequent_indent=indent + "  ", break_long_words=False,
+                         break_on_hyphens=False)
 
 
 def assert_certified(check, fixture_name: str, result: TestResult) -> None:
