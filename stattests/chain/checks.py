@@ -97,7 +97,7 @@ def _emissions_for(target: float, p: np.ndarray, n: int, stated: float, rates: R
     for _ in range(4):
         m = max(2, math.ceil(m * min(figure / target, 100.0) ** 2))
         figure = min_discrepancy_of_identity_test(m, p, false_fail_rate=rates.false_fail,
-                                                  false_pass_rate=rates.false_pass)
+                                                  false_pass_rate=rates.false_pass, fast=True)
         if target * 0.9 <= figure <= target:
             break
         figure = figure if math.isfinite(figure) else 4 * target
@@ -275,12 +275,15 @@ def dispersion_test(tokens: np.ndarray, p: np.ndarray, *, false_fail_rate: float
     k = int(band.max()) + 1 if n else 0
     blocks = int(cells // max(k, 1))
     if n == 0 or k < 2 or blocks < 2:
-        return TestResult("dispersion", 0.0, 1.0, 0, false_fail_rate, math.nan)
+        reason = (f"a resolution needs at least {int(4 * DISPERSION_CELL)} emissions over two bands of p"
+                  if np.count_nonzero(p) >= 2 else "p has one token: nothing to band")
+        return TestResult("dispersion", 0.0, 1.0, 0, false_fail_rate, math.nan, None, {"reason": reason})
     block = (np.arange(n) * blocks) // n
     table = np.bincount(block * k + band, minlength=blocks * k).reshape(blocks, k).astype(np.float64)
     table = table[:, table.sum(axis=0) > 0]
     if table.shape[1] < 2:  # every emission in one band (a grossly wrong law: the identity row's finding)
-        return TestResult("dispersion", 0.0, 1.0, 0, false_fail_rate, math.nan)
+        return TestResult("dispersion", 0.0, 1.0, 0, false_fail_rate, math.nan, None,
+                          {"reason": f"every emission fell in one of {k} bands of p"})
     expected = table.sum(axis=1, keepdims=True) * table.sum(axis=0, keepdims=True) / n
     statistic = float(((table - expected) ** 2 / expected).sum())
     df = (table.shape[0] - 1) * (table.shape[1] - 1)
@@ -295,17 +298,22 @@ def dispersion_test(tokens: np.ndarray, p: np.ndarray, *, false_fail_rate: float
     return TestResult("dispersion", statistic, pvalue, n, false_fail_rate, math.nan, df, details)
 
 
+def tv_phrase(tv: float, prefix: str = "TV ") -> str:
+    """A TV bound as a person reads it: a bound of 1 or more bounds nothing, so it is "none"."""
+    return f"{prefix}{tv:.3g}" if math.isfinite(tv) and tv < 1 else "no TV bound (none below 1)"
+
+
 def hidden_tv(n: int, p: np.ndarray, phi: float, rates: Rates, seed: int) -> float:
     """The largest TV an under-dispersion φ (each token's count variance φ times an
     independent sample's) could hide from the identity row at ``p``: it lowers the
     middle's Z by (1 − φ) Σ_M w q(1 − q) on average, which offsets n(n − 1) D of bias, so
     D ≤ (1 − φ) Σ_M w p(1 − p) / (n − 1), TV ≤ ½ √(D Σ_M 1/w) (Cauchy–Schwarz, as the
     guarantee's own step)."""
-    from specgauge.stattests.core.identity import split_for
+    from specgauge.stattests.core.identity import proven_split
 
     if n < 2 or np.count_nonzero(p) < 2 or not phi < 1:
         return 0.0
-    split, _, _ = split_for(n, p, seed, false_fail_rate=rates.false_fail, false_pass_rate=rates.false_pass)
+    split, _ = proven_split(n, p, false_fail_rate=rates.false_fail, false_pass_rate=rates.false_pass)
     ps = np.sort(p[p > 0])
     w = split.weights
     on = w > 0
@@ -326,8 +334,11 @@ def independence_calls(run: FixtureRun, rates: Rates) -> dict[int | None, TestRe
         if r.n:
             hidden = hidden_tv(r.n, fx.target[k], r.details["detectable_dispersion"], rates, run.seed)
             details = {**r.details, "hidden_tv": hidden,
-                       "message": f"{r.details['message']}; what it misses hides at most TV {hidden:.3g} "
-                                  f"from the identity row"}
+                       "message": f"{r.details['message']}; what it misses hides "
+                                  f"{tv_phrase(hidden, 'at most TV ')} from the identity row"}
+            r = TestResult(r.test, r.statistic, r.pvalue, r.n, r.false_fail_rate, r.min_detectable_tv, r.df, details)
+        elif tokens.size:  # too few emissions, or too few bands reached, to split: say what resolution needs
+            details = {**r.details, "message": f"untested at {tokens.size:,} emissions: {r.details['reason']}"}
             r = TestResult(r.test, r.statistic, r.pvalue, r.n, r.false_fail_rate, r.min_detectable_tv, r.df, details)
         out[k] = r
     return out

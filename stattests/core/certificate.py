@@ -21,7 +21,7 @@ from specgauge.stattests.core.statistics import TestResult
 
 FAMILIES = ("exactness", "optimality")
 COLUMNS = ["decoder", "check", "family", "fixture", "position", "n", "statistic", "pvalue",
-           "false_fail_rate", "min_detectable_tv", "detectable", "observed", "expected", "verdict", "message"]
+           "false_fail_rate", "false_fail_basis", "min_detectable_tv", "detectable", "observed", "expected", "verdict", "message"]
 #: What each test's ``min_detectable_tv`` bounds, by test name (the certificate's ``detectable`` column).
 DETECTABLE = {
     "identity": ("GUARANTEE: worst-case TV, proven to be detected against every alternative with independent "
@@ -35,6 +35,18 @@ DETECTABLE = {
     "acceptance_rate": "shift of the acceptance rate",
     "tokens_per_pass": "TV of the tokens-per-pass law",
     "tokens_per_pass_mean": "shift of mean tokens per pass, in tokens",
+}
+#: Why each test's false-fail rate holds, by test name (the certificate's ``false_fail_basis``):
+#: "exact" (an exact law, or a check with no randomness), "proven" (a proven bound on the
+#: null tail), "estimated" (an asymptotic law: chi-square, normal); a test may say otherwise
+#: in ``details["false_fail_basis"]``.
+FALSE_FAIL_BASIS = {
+    "identity": "proven", "pit_ks": "proven", "ks_uniformity": "proven", "accepted_length_ks": "proven",
+    "sibling_rounds_ks": "proven", "pvalue_uniformity": "proven", "contract": "exact", "greedy": "exact",
+    "optimal_bound": "exact", "acceptance_rate": "exact", "goodness_of_fit": "estimated",
+    "independence": "estimated", "dispersion": "estimated", "tail_collisions": "estimated",
+    "tokens_per_pass": "estimated", "tokens_per_pass_mean": "estimated", "law": "estimated",
+    "homogeneity": "estimated", "joint_bound": "estimated",
 }
 #: Family-wise false-fail rate of a whole default certification: the chance that an exact
 #: decoder fails any assertion. Each assertion gets its Bonferroni share.
@@ -89,7 +101,9 @@ def certificate_row(decoder: str, check: str, family: str, fixture: str, positio
         message = f"observed {observed:.4g}, expected {expected:.4g}"
     return {"decoder": decoder, "check": check, "family": family, "fixture": fixture, "position": position,
             "n": result.n, "statistic": result.statistic, "pvalue": result.pvalue,
-            "false_fail_rate": result.false_fail_rate, "min_detectable_tv": result.min_detectable_tv,
+            "false_fail_rate": result.false_fail_rate,
+            "false_fail_basis": str(details.get("false_fail_basis", FALSE_FAIL_BASIS.get(result.test, "estimated"))),
+            "min_detectable_tv": result.min_detectable_tv,
             "detectable": DETECTABLE.get(result.test, ""), "observed": observed, "expected": expected,
             "verdict": verdict(result), "message": message}
 
@@ -171,6 +185,19 @@ class Certificate:
         return (f"  exact, at {shares.min():.0f}-{shares.max():.0f}% of the optimal first-level acceptance "
                 f"(Hu et al. 2025 LP bound; {per})")
 
+    def _false_fail_line(self, rate: pd.Series) -> str:
+        """The family-wise false-fail rate: proven (Bonferroni over the rows whose own rate is
+        exact or proven), and what the rows whose rate rests on an asymptotic law add."""
+        basis = self.frame.get("false_fail_basis", pd.Series("estimated", index=self.frame.index)).astype(str)
+        sure = basis.isin(("exact", "proven"))
+        line = (f"  false-fail rate {rate.max():.2g} per assertion; family-wise at most "
+                f"{min(1.0, rate[sure].sum()):.2g} over the {int(sure.sum())} assertions whose rate is exact or "
+                f"proven (Bonferroni)")
+        if (~sure).any():
+            line += (f", plus {min(1.0, rate[~sure].sum()):.2g} estimated over the {int((~sure).sum())} whose "
+                     f"rate rests on an asymptotic law (chi-square, normal; column false_fail_basis)")
+        return line
+
     def summary(self, csv_path: str | None = None) -> str:
         """The verdict in a few lines, then the first failures; a longer listing ends with how many more
         there are and where (``csv_path``, the certificate's file, when it is written)."""
@@ -204,8 +231,7 @@ class Certificate:
                 lines.append(f"    ({meaning}"
                              + (f"; no guarantee at this sample size on {', '.join(blind)}" if blind else "") + ")")
         if rate.notna().any():
-            lines.append(f"  false-fail rate {rate.max():.2g} per assertion; family-wise over the "
-                         f"{len(f)} assertions at most {min(1.0, rate.sum()):.2g}")
+            lines.append(self._false_fail_line(rate))
         share = self._optimal_share()
         if share:
             lines.append(share)

@@ -31,10 +31,11 @@ Two figures come from that bound:
   (E − z_β sd ≥ c): an estimate, checked by simulation in the hardest directions
   (tests/test_power.py).
 
-The null law is simulated exactly (Multinomial(n, p) draws from a generator seeded by the
-caller: one seed, one certificate); the critical value of Z at the false-fail rate comes
-from the Pearson III law with Z's exact null mean (0) and variance and the simulated
-skewness raised by two standard errors. No asymptotic χ² is involved.
+The critical value of Z and its p-value come from a proven bound on Z's null upper tail
+(:mod:`specgauge.stattests.core.tail_bounds`: exact binomial truncation, Poissonization,
+Chernoff), so the false-fail rate is proven. :func:`null_law` still simulates the null
+(a Pearson III law with the simulated skewness): an estimate, for reading and for checking
+the bound against. No asymptotic χ² is involved.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ import numpy as np
 from scipy import optimize, special, stats
 
 from specgauge.errors import InvalidDistributionError
+from specgauge.stattests.core.tail_bounds import ZTailBound, z_tail_bound
 from specgauge.stattests.core.statistics import (DEFAULT_FALSE_FAIL, DEFAULT_FALSE_PASS, TestResult,
                                                  _occurrence_min_tv, _validate_rates, pearson3_isf, validate_probs)
 
@@ -432,11 +434,7 @@ def _null_cached(n: int, key: bytes, heavy: int, t: int, exponent: float, floor:
                  replicates: int) -> tuple[NullLaw, np.ndarray, np.ndarray]:
     """(null law of Z, weights, tail mask) for one split, simulated from [seed, n, crc(p)]."""
     p = np.frombuffer(key, dtype=np.float64)
-    rest = np.arange(p.size - 1 if heavy >= 0 else p.size)
-    tail = np.zeros(p.size, dtype=bool)
-    tail[rest[:t]] = True
-    w = np.zeros_like(p)
-    w[rest[t:]] = _weights(p[rest[t:]], n, exponent, floor)
+    w, tail = _layout(n, p, heavy, t, exponent, floor)
     replicates = replicates_for(n, p.size, replicates)
     z = _simulate(n, p, w, replicates, np.random.default_rng([seed, n, zlib.crc32(key)]))
     var = null_variance(n, p, w)
@@ -462,26 +460,39 @@ def _middle_summary(p: np.ndarray, w: np.ndarray) -> _Middle:
                    float((wm * pm).max()), float(wm.max()))
 
 
+def _layout(n: int, p: np.ndarray, heavy: int, t: int, exponent: float, floor: float) -> tuple[np.ndarray, np.ndarray]:
+    """(weights, tail mask) of one split over ``p`` sorted ascending."""
+    rest = np.arange(p.size - 1 if heavy >= 0 else p.size)
+    tail = np.zeros(p.size, dtype=bool)
+    tail[rest[:t]] = True
+    w = np.zeros_like(p)
+    w[rest[t:]] = _weights(p[rest[t:]], n, exponent, floor)
+    return w, tail
+
+
 @lru_cache(maxsize=1024)
-def _plan(n: int, key: bytes, seed: int, replicates: int, rate: float, beta: float) -> tuple[Split, NullLaw, float]:
-    """The split, its simulated null law and the middle's critical value, for one (n, p)."""
+def _plan(n: int, key: bytes, rate: float, beta: float) -> tuple[Split, ZTailBound, float]:
+    """The split, the proven bound on Z's null tail and the middle's critical value from it
+    (P(Z ≥ critical) ≤ the middle's share of ``rate``, proven), for one (n, p)."""
     p = np.frombuffer(key, dtype=np.float64)
     heavy, t, exponent, floor = _choose(n, key, rate, beta)
-    law, w, tail = _null_cached(n, key, heavy, t, exponent, floor, seed, replicates)
+    w, tail = _layout(n, p, heavy, t, exponent, floor)
     tail_mass = float(p[tail].sum())
     parts = 1 + (heavy >= 0) + bool(tail.any())
     x, y = _split_figures(n, p, heavy, tail_mass, parts, rate, beta)
-    critical = law.critical(rate / parts)
+    bound = z_tail_bound(n, p, w, rate / parts, math.sqrt(null_variance(n, p, w)))
+    critical = bound.critical(rate / parts)
     m = _middle_summary(p, w)
     split = Split(heavy, tail, w, exponent, tail_mass, x, y, _middle_shift(n, m, critical, beta, False),
                   _middle_shift(n, m, critical, beta, True))
-    return split, law, critical
+    return split, bound, critical
 
 
 def null_law(n: int, p: np.ndarray, seed: int = 0, replicates: int = NULL_REPLICATES,
              false_fail_rate: float = DEFAULT_FALSE_FAIL, false_pass_rate: float = DEFAULT_FALSE_PASS) -> NullLaw:
     """The simulated null law of the middle's Z for n draws of ``p`` (positive entries only)
-    under the split chosen for these rates; cached per (n, p, seed)."""
+    under the split chosen for these rates, with its Pearson III tail: an estimate, for
+    reading and for checking the proven bound against; cached per (n, p, seed)."""
     return split_for(n, p, seed, replicates, false_fail_rate, false_pass_rate)[1]
 
 
@@ -495,24 +506,42 @@ def _sorted(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def split_for(n: int, p: np.ndarray, seed: int = 0, replicates: int = NULL_REPLICATES,
               false_fail_rate: float = DEFAULT_FALSE_FAIL,
               false_pass_rate: float = DEFAULT_FALSE_PASS) -> tuple[Split, NullLaw, float]:
-    """(split, null law of Z, Z's critical value) for ``p``'s positive entries sorted
-    ascending (the split's masks and weights are in that order)."""
+    """(split, simulated null law of Z (an estimate), Z's proven critical value) for ``p``'s
+    positive entries sorted ascending (the split's masks and weights are in that order)."""
+    split, critical = proven_split(n, p, false_fail_rate, false_pass_rate)
     _, ps = _sorted(np.asarray(p, dtype=np.float64)[np.asarray(p) > 0])
-    return _plan(int(n), ps.tobytes(), int(seed), int(replicates), float(false_fail_rate), float(false_pass_rate))
+    heavy, t, exponent, floor = _choose(int(n), ps.tobytes(), float(false_fail_rate), float(false_pass_rate))
+    law = _null_cached(int(n), ps.tobytes(), heavy, t, exponent, floor, int(seed), int(replicates))[0]
+    return split, law, critical
+
+
+def proven_split(n: int, p: np.ndarray, false_fail_rate: float = DEFAULT_FALSE_FAIL,
+                 false_pass_rate: float = DEFAULT_FALSE_PASS) -> tuple[Split, float]:
+    """(split, Z's proven critical value) for ``p``'s positive entries sorted ascending; no
+    simulation."""
+    _, ps = _sorted(np.asarray(p, dtype=np.float64)[np.asarray(p) > 0])
+    split, _, critical = _plan(int(n), ps.tobytes(), float(false_fail_rate), float(false_pass_rate))
+    return split, critical
 
 
 # ---------------------------------------------------------------- the test
+
+
+def _tv_text(tv: float) -> str:
+    """A TV bound of 1 or more bounds nothing: "none"."""
+    return f"{tv:.3g}" if math.isfinite(tv) and tv < 1 else "none (>= 1)"
 
 
 def identity_test(
     counts: np.ndarray, probs: np.ndarray, *, false_fail_rate: float = DEFAULT_FALSE_FAIL,
     false_pass_rate: float = DEFAULT_FALSE_PASS, seed: int = 0, replicates: int = NULL_REPLICATES,
 ) -> TestResult:
-    """Identity test of ``counts`` against the known ``probs``, calibrated by simulation.
+    """Identity test of ``counts`` against the known ``probs``, at a proven false-fail rate.
 
     Any count on a token of probability zero fails at once. The p-value is the Bonferroni
     combination of the heaviest token's, the light tail's (exact binomial, two-sided) and
-    the middle's Z (simulated null). ``min_detectable_tv`` is the proven worst case over
+    the middle's Z (a proven bound on its null tail, :mod:`.tail_bounds`; ``seed`` and
+    ``replicates`` are kept for callers and no longer used). ``min_detectable_tv`` is the proven worst case over
     every alternative with independent rows; ``details["estimated_tv"]`` the same bound
     with Z's lower tail under the alternative taken as normal. It scales as ‖p^(−max)_(−ε)‖_(2/3) / ε²
     draws on peaked laws, √V/ε² on uniform ones, O(log 1/rate).
@@ -523,7 +552,7 @@ def identity_test(
     >>> p = np.full(6, 1 / 6)
     >>> r = identity_test(np.random.default_rng(0).multinomial(6000, p), p, seed=1)
     >>> r.passed, round(r.min_detectable_tv, 3)
-    (True, 0.111)
+    (True, 0.117)
     """
     _validate_rates(false_fail_rate, false_pass_rate)
     probs = validate_probs(probs)
@@ -544,32 +573,35 @@ def identity_test(
                                              "proven_tv": detectable})
     order, p = _sorted(p)
     c = c[order]
-    split, law, critical = split_for(n, p, seed, replicates, false_fail_rate, false_pass_rate)
+    split, bound, critical = _plan(n, p.tobytes(), float(false_fail_rate), float(false_pass_rate))
     z = float(middle_statistic(c, p, split.weights))
-    pvalues = {"middle": law.sf(z)}
+    pvalues = {"middle": bound.sf(z)}
     if split.heavy >= 0:
         pvalues["heavy"] = binomial_pvalue(c[split.heavy], n, float(p[split.heavy]))
     if split.tail.any():
         pvalues["tail"] = binomial_pvalue(float(c[split.tail].sum()), n, split.tail_mass)
     worst = min(pvalues, key=pvalues.get)
     pvalue = 0.0 if hits else min(1.0, len(pvalues) * pvalues[worst])
-    details = {"null_sd": law.sd, "critical": critical, "impossible_hits": hits,
-               "null_replicates": float(law.replicates), "measured_tv": measured,
+    details = {"null_sd": math.sqrt(null_variance(n, p, split.weights)), "critical": critical,
+               "impossible_hits": hits, "false_fail_basis": "proven", "measured_tv": measured,
                "proven_tv": split.proven_tv, "estimated_tv": split.estimated_tv, "tail_mass": split.tail_mass,
                "tail_tokens": float(split.tail.sum()), "middle_tokens": float((split.weights > 0).sum()),
                "weight_exponent": split.exponent, "heavy_shift": split.heavy_shift,
                "tail_shift": split.tail_shift, "middle_l1": split.middle_l1,
-               "message": (f"worst-case TV {split.proven_tv:.3g} proven (exact binomials; Bernstein and a "
-                           f"fourth-moment bound on Z), {split.estimated_tv:.3g} estimated (normal tail of Z); "
-                           f"rows assumed independent; smallest p-value: {worst}")}
+               "message": (f"worst-case TV {_tv_text(split.proven_tv)} proven (exact binomials; Bernstein and a "
+                           f"fourth-moment bound on Z), {_tv_text(split.estimated_tv)} estimated (normal tail of Z); "
+                           f"false-fail rate proven; rows assumed independent; smallest p-value: {worst}")}
     return TestResult("identity", math.inf if hits else z, pvalue, n, false_fail_rate, split.proven_tv, None, details)
 
 
 def min_discrepancy_of_identity_test(n: int, probs: np.ndarray, *, false_fail_rate: float = DEFAULT_FALSE_FAIL,
-                                     false_pass_rate: float = DEFAULT_FALSE_PASS, proven: bool = True) -> float:
-    """Worst-case TV :func:`identity_test` detects from ``n`` draws (analytic critical
-    value: for planning): the proven figure, or with ``proven=False`` the estimate that takes
-    Z's lower tail under the alternative as normal."""
+                                     false_pass_rate: float = DEFAULT_FALSE_PASS, proven: bool = True,
+                                     fast: bool = False) -> float:
+    """Worst-case TV :func:`identity_test` detects from ``n`` draws: the proven figure, the
+    identity row's own (its proven critical value; ``fast`` takes Z's critical value from
+    its analytic Pearson III form instead, a few times quicker, for planning), or with
+    ``proven=False`` the estimate (analytic critical value, Z's lower tail under the
+    alternative taken as normal)."""
     _validate_rates(false_fail_rate, false_pass_rate)
     p = validate_probs(probs)
     _, p = _sorted(p[p > 0])
@@ -578,11 +610,11 @@ def min_discrepancy_of_identity_test(n: int, probs: np.ndarray, *, false_fail_ra
         return math.inf
     if p.size == 1:
         return _occurrence_min_tv(n, false_pass_rate)
+    if proven and not fast:
+        return _plan(n, p.tobytes(), float(false_fail_rate), float(false_pass_rate))[0].proven_tv
     heavy, t, exponent, floor = _choose(n, p.tobytes(), float(false_fail_rate), float(false_pass_rate))
-    rest = np.arange(p.size - 1 if heavy >= 0 else p.size)
-    w = np.zeros_like(p)
-    w[rest[t:]] = _weights(p[rest[t:]], n, exponent, floor)
-    tail_mass = float(p[rest[:t]].sum())
+    w, tail = _layout(n, p, heavy, t, exponent, floor)
+    tail_mass = float(p[tail].sum())
     parts = 1 + (heavy >= 0) + (t > 0)
     x, y = _split_figures(n, p, heavy, tail_mass, parts, false_fail_rate, false_pass_rate)
     s = _middle_shift(n, _middle_summary(p, w), _analytic_critical(n, p, w, false_fail_rate / parts),
@@ -609,8 +641,9 @@ def _samples_for(tv: float, key: bytes, rate: float, beta: float, proven: bool, 
     """Cached per sorted p: positions whose p is a relabelling of another's share it."""
     p = np.frombuffer(key, dtype=np.float64)
 
-    def reached(m: int) -> float:
-        return min_discrepancy_of_identity_test(m, p, false_fail_rate=rate, false_pass_rate=beta, proven=proven)
+    def reached(m: int, fast: bool = True) -> float:
+        return min_discrepancy_of_identity_test(m, p, false_fail_rate=rate, false_pass_rate=beta, proven=proven,
+                                                fast=fast)
 
     lo, hi = 1, 64
     while reached(hi) > tv:
@@ -623,4 +656,13 @@ def _samples_for(tv: float, key: bytes, rate: float, beta: float, proven: bool, 
             lo = mid
         else:
             hi = mid
+    if not proven:
+        return hi
+    # the search ran on the analytic critical value; the row states the proven one, which is
+    # larger: the figure falls about as 1/√n, so scale n until the row's own figure is reached
+    for _ in range(12):
+        figure = reached(hi, fast=False)
+        if figure <= tv:
+            return hi
+        hi = math.ceil(hi * min((figure / tv) ** 2, 4.0) * (1 + tolerance))
     return hi

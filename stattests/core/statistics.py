@@ -376,18 +376,28 @@ def pearson3_isf(rate: float, skew: float, loc: float, scale: float) -> float:
     return float(loc - 2.0 * scale / skew - stats.gamma.ppf(rate, shape, scale=gamma_scale))
 
 
+#: At false-fail rates up to this, the KS p-value is Massart's bound (proven); above it,
+#: scipy's (exact or asymptotic Kolmogorov law), which no verdict at these rates reads.
+KS_PROVEN_BELOW = 1e-3
+
+
 def _ks_min_sup(n: int, false_fail_rate: float, false_pass_rate: float) -> float:
     """Smallest sup|F − U| the KS test detects: its critical value plus the DKW band of F_n."""
     if n <= 0:
         return math.inf
-    return min(1.0, kolmogorov_critical(n, false_fail_rate) + _dkw_massart(n, false_pass_rate))
+    critical = _dkw_massart(n, false_fail_rate) if false_fail_rate <= KS_PROVEN_BELOW else \
+        kolmogorov_critical(n, false_fail_rate)
+    return min(1.0, critical + _dkw_massart(n, false_pass_rate))
 
 
 def ks_uniformity(
     values: np.ndarray, *, false_fail_rate: float = DEFAULT_FALSE_FAIL,
     false_pass_rate: float = DEFAULT_FALSE_PASS, test: str = "ks_uniformity",
 ) -> TestResult:
-    """Kolmogorov–Smirnov test that ``values`` are Uniform(0, 1).
+    """Kolmogorov–Smirnov test that ``values`` are Uniform(0, 1), at a proven false-fail rate.
+
+    Wherever the p-value could decide a verdict (≤ :data:`KS_PROVEN_BELOW`) it is Massart's
+    DKW bound 2 e^{−2 n D²}, which holds for every n (Massart 1990); above, scipy's.
 
     Used on PIT values (then ``min_detectable_tv`` is the TV of a discrepancy that the
     vocabulary order puts in one prefix set, as bias ordered by p/q does) and on p-values
@@ -401,8 +411,12 @@ def ks_uniformity(
     if n == 0:
         return TestResult(test, 0.0, 1.0, 0, false_fail_rate, math.inf)
     result = stats.kstest(values, "uniform")
-    return TestResult(test, float(result.statistic), float(result.pvalue), n, false_fail_rate,
-                      _ks_min_sup(n, false_fail_rate, false_pass_rate))
+    pvalue = float(result.pvalue)
+    if pvalue <= KS_PROVEN_BELOW:  # Massart (1990): P(D_n ≥ d) ≤ 2 e^{−2 n d²}, never below the exact tail
+        pvalue = max(pvalue, min(1.0, 2.0 * math.exp(-2.0 * n * float(result.statistic) ** 2)))
+    basis = "proven" if false_fail_rate <= KS_PROVEN_BELOW else "estimated"
+    return TestResult(test, float(result.statistic), pvalue, n, false_fail_rate,
+                      _ks_min_sup(n, false_fail_rate, false_pass_rate), None, {"false_fail_basis": basis})
 
 
 def min_discrepancy_of_ks_uniformity(n: int, *, false_fail_rate: float = DEFAULT_FALSE_FAIL,
@@ -435,8 +449,8 @@ def acceptance_rate_test(
     """Two-sided test that Bernoulli trials ``accepted`` succeed with probabilities ``expected``.
 
     One common probability (α = 1 − TV(p, q)): the exact binomial test. Trials with
-    their own probabilities (heterogeneous contexts): a normal test on the Poisson-binomial
-    sum. ``min_detectable_tv`` is the shift of the acceptance rate detected with power
+    their own probabilities (heterogeneous contexts): the Poisson-binomial sum, its p-value
+    Bernstein's bound 2 exp(−t² / (2 (v + t/3))) wherever a verdict can read it (proven). ``min_detectable_tv`` is the shift of the acceptance rate detected with power
     ``1 - false_pass_rate``; the rate moves one for one with TV.
     """
     _validate_rates(false_fail_rate, false_pass_rate)
@@ -461,10 +475,18 @@ def acceptance_rate_test(
     elif np.ptp(expected_arr) < 1e-12:
         pvalue = float(stats.binomtest(successes, n, rate).pvalue) if 0 < rate < 1 else 1.0
         statistic = float(successes)
-    else:
+    else:  # Poisson-binomial: normal where no verdict reads it, Bernstein's bound where one can
         statistic = (successes - mean) / math.sqrt(variance)
         pvalue = float(2 * stats.norm.sf(abs(statistic)))
-    if variance > 0:
+        if pvalue <= KS_PROVEN_BELOW:
+            t = abs(successes - mean)
+            pvalue = max(pvalue, min(1.0, 2 * math.exp(-t * t / (2 * (variance + t / 3)))))
+        details["false_fail_basis"] = "proven" if false_fail_rate <= KS_PROVEN_BELOW else "estimated"
+    if variance > 0 and "false_fail_basis" in details:  # the shift past Bernstein's critical value
+        log_rate = math.log(2 / false_fail_rate)
+        critical = log_rate / 3 + math.sqrt((log_rate / 3) ** 2 + 2 * variance * log_rate)
+        min_tv = (critical + stats.norm.isf(false_pass_rate) * math.sqrt(variance)) / n
+    elif variance > 0:
         z = stats.norm.isf(false_fail_rate / 2) + stats.norm.isf(false_pass_rate)
         min_tv = z * math.sqrt(variance) / n
     else:
