@@ -81,6 +81,17 @@ def test_the_checker_ignores_noise_and_catches_a_stale_number():
     assert docs.normalise("\n".join(page), numbers=False) != docs.normalise("\n".join(renamed), numbers=False)
 
 
+def test_what_varies_across_cpus_is_masked_and_nothing_else():
+    """An example's ``varies`` masks only the sampled run's figures: a changed law still fails."""
+    varies = next(e for e in docs.EXAMPLES if e.name == "acceptance-smollm2-run").varies
+    page = "  skip14 γ=2: law 2.451 [2.413, 2.482]  measured 2.519 [2.250, 2.826] over 52 rounds: intervals overlap"
+    other_cpu = "  skip14 γ=2: law 2.451 [2.413, 2.482]  measured 2.538 [2.262, 2.840] over 53 rounds: intervals overlap"
+    law_moved = other_cpu.replace("law 2.451", "law 2.452")
+    assert docs.normalise(page, varies=varies) == docs.normalise(other_cpu, varies=varies)
+    assert docs.normalise(page, varies=varies) != docs.normalise(law_moved, varies=varies)
+    assert docs.normalise(page) != docs.normalise(other_cpu)
+
+
 def test_progress_bars_are_left_out():
     raw = ("header\ncertifying numpy:  10%|#         | 63/631 [00:05<00:50]\rcertifying numpy: 100%|##########| 631/631"
            "\r\n\r                              \r\nresult\n\nrun flat γ=4: 1926tok [00:05, 298.30tok/s]\r\n"
