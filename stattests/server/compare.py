@@ -32,17 +32,25 @@ import numpy as np
 from specgauge.errors import InputFileError
 from specgauge.stattests.core.certificate import Certificate, certificate_row
 from specgauge.stattests.core.statistics import (DEFAULT_FALSE_FAIL, DEFAULT_FALSE_PASS, TestResult,
-                                                 combine_bonferroni, independence_test, ks_uniformity,
-                                                 pit_values)
+                                                 combine_bonferroni, independence_test, ks_uniformity)
 from specgauge.stattests.server.probe import ProbeRun
-from specgauge.stattests.server.stats import (conditional_goodness_of_fit, homogeneity,
-                                              min_num_samples_for_conditional_fit, min_num_samples_for_homogeneity)
+from specgauge.stattests.server.stats import conditional_goodness_of_fit, homogeneity, min_num_samples_for_homogeneity
+from specgauge.stattests.server.worstcase import (ContextPlan, context_rows, coverage, joint_bound, plan_contexts,
+                                                  refuse_contexts)
 
 MODES = ("two-sample", "logprobs", "reference")
 #: The request fields that decide the sampled law: two runs compared must agree on all of them.
 LAW_FIELDS = ("model", "temperature", "top_p", "top_k", "min_p", "max_tokens", "stop", "top_logprobs")
 #: What each server test's detectable figure bounds (the certificate's ``detectable`` column).
 DETECTABLE = {
+    "identity": "GUARANTEE: worst-case TV of this context's next-token law, detected against every alternative "
+                "(the identity test; the full-vocabulary figure adds the lumped rest's mass, see message)",
+    "identity-topk": "GUARANTEE over the top-k tokens plus the rest as one cell: worst-case TV of that lumped law "
+                     "at this context (the full vocabulary adds the remainder's mass, see message)",
+    "joint": "GUARANTEE: worst-case TV of the prompt's law of the first L tokens (chain rule over the tested "
+             "contexts, weighted by the known law; untested contexts count as TV 1)",
+    "joint-topk": "GUARANTEE over the top-k tokens plus the rest as one cell at each position: worst-case TV of "
+                  "the prompt's lumped law of the first L tokens (chain rule; untested contexts count as TV 1)",
     "conditional": "sample-weighted RMS over contexts (prompt + emitted prefix) of the TV between binned laws "
                    "(top tokens + remainder)",
     "homogeneity": "sample-weighted mean over contexts of the TV between the arms' binned laws",
@@ -75,6 +83,7 @@ class ServerCertificate:
     target_tv: float
     unit: str                      # what a token was: "ids", "tokens" or "words"
     notes: tuple[str, ...] = ()
+    length: int = 0                # L: tokens per sample
 
     @property
     def passed(self) -> bool:
@@ -94,32 +103,54 @@ class ServerCertificate:
         if not failed.empty:
             first = failed.iloc[0]
             tv = float(first["observed"])
-            size = (f"measured TV {tv:.3g}, " if _KIND[first["detectable"]] in ("conditional", "homogeneity")
+            size = (f"measured TV {tv:.3g}, " if _KIND[first["detectable"]] in _MEASURED
                     and math.isfinite(tv) else f"statistic {float(first['statistic']):.4g}, ")
             where = f"[{first['position']}]" if first["position"] else ""
             return (f"FAIL ({self.mode}: {what}): {', '.join(dict.fromkeys(failed['check']))} rejected exactness "
                     f"at false-fail {total:.1g} ({first['check']}{where}: {size}p-value {float(first['pvalue']):.3g})")
-        tv_rows = f[kinds.isin(("conditional", "homogeneity")) & (f["verdict"] == "pass")]
-        head = tv_rows.iloc[0] if not tv_rows.empty else f.iloc[0]
         untested = [f"{c}[{p}]" if p else c for c, p in f.loc[f["verdict"] == "untested", ["check", "position"]].values]
         gap = f"; untested (no sample reached them): {', '.join(untested)}" if untested else ""
+        joint = f[kinds.isin(("joint", "joint-topk"))]
+        if not joint.empty:
+            return f"PASS ({self.mode}: {what}): no discrepancy found at false-fail {total:.1g}{gap}\n" + \
+                self._worst_case(f, kinds, joint)
+        tv_rows = f[kinds.isin(("conditional", "homogeneity")) & (f["verdict"] == "pass")]
+        head = tv_rows.iloc[0] if not tv_rows.empty else f.iloc[0]
         where = f"[{head['position']}]" if head["position"] else ""
         return (f"PASS ({self.mode}: {what}): no discrepancy found at false-fail {total:.1g}; {head['check']}{where} "
                 f"could detect {_SHORT[_KIND[head['detectable']]]} >= {float(head['min_detectable_tv']):.3g} with "
                 f"power {1 - DEFAULT_FALSE_PASS:g} (n {int(head['n'])}, tokens as {self.unit}){gap}")
 
 
+    def _worst_case(self, f, kinds, joint) -> str:
+        """What the identity rows state: the worst context tested, and the first tokens' law per prompt."""
+        contexts = f[kinds.isin(("identity", "identity-topk"))]
+        topk = _KIND[joint.iloc[0]["detectable"]] == "joint-topk"
+        over = " over the top-k tokens plus the rest as one cell" if topk else ""
+        worst = joint.iloc[int(np.argmax(joint["min_detectable_tv"].to_numpy(float)))]
+        law = (f"  first {self.length} tokens' law of every prompt{over}: worst-case TV <= "
+               f"{float(worst['min_detectable_tv']):.3g} (chain rule; worst {worst['position']}: {worst['message']})")
+        if contexts.empty:
+            return f"  no context had the draws to state TV {self.target_tv:g}: no worst-case guarantee\n{law}"
+        head = contexts.iloc[int(np.argmax(contexts["min_detectable_tv"].to_numpy(float)))]
+        return (f"  {len(contexts)} contexts tested: each next-token law at worst-case TV <= "
+                f"{float(head['min_detectable_tv']):.3g}{over} (worst {head['position']}, n {int(head['n'])}, "
+                f"tokens as {self.unit})\n{law}")
+
+
 _KIND = {text: kind for kind, text in DETECTABLE.items()}
-_SHORT = {"conditional": "a binned TV (RMS over contexts)", "homogeneity": "a TV (mean over contexts)",
+_MEASURED = ("conditional", "homogeneity", "identity", "identity-topk")
+_SHORT = {"conditional": "a binned TV (RMS over contexts; not a worst case)",
+          "homogeneity": "a binned TV (mean over contexts; not a worst case)",
           "pit": "a KS distance (not a TV)", "independence": "a dependence TV"}
 
 
 def _certificate(mode: str, decoder: str, rows: list[ServerRow], target_tv: float, unit: str,
-                 notes: list[str]) -> ServerCertificate:
-    laws = [row for row in rows if row.kind in ("conditional", "homogeneity", "identity")]
+                 notes: list[str], length: int = 0) -> ServerCertificate:
+    laws = [row for row in rows if row.kind in _MEASURED + ("joint", "joint-topk")]
     if not any(row.result.n > 0 and row.result.df != 0 for row in laws):
-        raise InputFileError(f"no context could be tested ({mode}): too few samples reach any context to compare "
-                             "laws; a certificate of zero samples would be vacuous, so none is written")
+        raise InputFileError(f"no context could be tested ({mode}): too few samples reach any context with a known "
+                             "law; a certificate of zero samples would be vacuous, so none is written")
     built = []
     for row in rows:
         result = row.result
@@ -131,7 +162,7 @@ def _certificate(mode: str, decoder: str, rows: list[ServerRow], target_tv: floa
         out = certificate_row(decoder, row.check, "exactness", mode, row.position, result)
         out["detectable"] = DETECTABLE[row.kind]
         built.append(out)
-    return ServerCertificate(mode, Certificate.from_rows(built), target_tv, unit, tuple(notes))
+    return ServerCertificate(mode, Certificate.from_rows(built), target_tv, unit, tuple(notes), length)
 
 
 # ---------------------------------------------------------------- like for like
@@ -233,9 +264,11 @@ def truncation_note(run: ProbeRun, kind: str, name: str = "", tokenize: Tokenize
     if capped and kind in ("words", "model tokens"):  # the server counted max_tokens of its own tokens
         why = (f"{capped} with finish_reason 'length': the server generated max_tokens {length} of its tokens "
                f"but the text counts fewer {kind} (it re-tokenises differently), so they were not capped; ")
+    elif capped and kind in ("ids", "tokens"):  # llama.cpp joins the byte tokens of one character into one entry
+        why = (f"{capped} with finish_reason 'length': the server generated max_tokens {length} tokens but listed "
+               f"fewer entries (the byte tokens of one character merged into one entry), so they were not capped; ")
     else:
-        why = (f"{capped} with finish_reason 'length': the server capped them below max_tokens {length}; "
-               if capped else "")
+        why = ""
     return [f"{name}{len(short)} of {len(run.records)} samples cut short (fewer than {length} tokens; {why}"
             f"the rest stopped early); each position is tested on the samples that reach it, and "
             f"positions no sample reaches are untested"]
@@ -348,124 +381,253 @@ def _pilot_law(group: np.ndarray, category: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------- one-sample, shared
 
 
-def _position_rows(prompt: np.ndarray, seqs: np.ndarray, cells: np.ndarray, laws: np.ndarray, rate: float,
-                   target_tv: float, n_prompts: int) -> list[ServerRow]:
-    """Per position k: the cell drawn against the law at its context (prompt + the k tokens before).
+def _position_rows(plan: ContextPlan, cells: np.ndarray, laws: np.ndarray, rate: float) -> list[ServerRow]:
+    """Per position k: the cell drawn against the law at its context (prompt + the k tokens before),
+    all contexts in one chi-square (directional: it adds power where contexts are many and small).
 
-    ``seqs[N, L]`` the emitted tokens as integers (-1 past the end), ``cells[N, L]`` each
-    draw's cell, ``laws[N, L, B]`` the law over the cells at that draw's context.
+    ``cells[N, L]`` each draw's cell, ``laws[N, L, B]`` the law over the cells at that draw's
+    context; draws whose context ``plan`` leaves untested (label −1) are left out.
     """
     rows = []
-    length = seqs.shape[1]
-    for k in range(length):
-        reached = seqs[:, k] >= 0
-        context = (_rows(prompt, seqs[:, :k]) if k else prompt)[reached]
-        labels, first = np.unique(context, return_index=True)
-        context = np.searchsorted(labels, context)
-        law = laws[reached, k][first]
-        result = conditional_goodness_of_fit(context, cells[reached, k], law, false_fail_rate=rate)
-        bins = int(np.median((law > 0).sum(axis=1))) if law.size else 1
-        needed = min_num_samples_for_conditional_fit(target_tv, bins, contexts=n_prompts, false_fail_rate=rate) \
-            if k == 0 else None
-        rows.append(ServerRow(result, "position-given-prefix", f"pos{k}", "conditional", needed))
+    for k in range(cells.shape[1]):
+        reached = plan.label[:, k] >= 0
+        labels, first = np.unique(plan.label[reached, k], return_index=True)
+        context = np.searchsorted(labels, plan.label[reached, k])
+        result = conditional_goodness_of_fit(context, cells[reached, k], laws[reached, k][first], false_fail_rate=rate)
+        rows.append(ServerRow(result, "position-given-prefix", f"pos{k}", "conditional"))
     return rows
 
 
+def _identity_rows(plan: ContextPlan, cells: np.ndarray, law_of, false_fail_rate: float, reserved: int,
+                   target_tv: float, n_prompts: int, length: int, topk: bool,
+                   seed: int) -> tuple[list[ServerRow], float]:
+    """An identity row per context that can state ``target_tv``, a worst-case row per prompt (the
+    first L tokens' law, chain rule), and the rate each test got."""
+    rest_cell = int(np.asarray(law_of(0, 0)).size - 1) if topk else None
+    tested, rate = context_rows(plan, cells, law_of, false_fail_rate, target_tv, reserved=reserved,
+                                rest_cell=rest_cell, seed=seed)
+    over = "the top-k tokens and the rest as one cell" if topk else "the tokens and the lumped rest"
+    rows = []
+    for row in tested:
+        result = row.result
+        message = (f"worst-case TV {result.min_detectable_tv:.3g} over {over}, {row.full_tv:.3g} over the whole "
+                   f"vocabulary (rest mass {row.rest:.2g}); the known law reaches this context with probability "
+                   f"{row.mass:.3g}")
+        result = TestResult(result.test, result.statistic, result.pvalue, result.n, result.false_fail_rate,
+                            result.min_detectable_tv, result.df, {**dict(result.details or {}), "message": message})
+        rows.append(ServerRow(result, "identity-at-context", f"prompt{row.prompt}/pos{row.position}/#{row.rank}",
+                              "identity-topk" if topk else "identity"))
+    for p in range(n_prompts):
+        bound = joint_bound(tested, p, length, full=not topk)
+        first = plan.label[:, 0]
+        n = int(np.sum(plan.prompt[first[first >= 0]] == p))
+        covered = ", ".join(f"pos{k} {coverage(tested, p, k):.0%}" for k in range(length))
+        result = TestResult("joint_bound", bound, 1.0, n, 0.0, bound, None,
+                            {"message": f"chain rule over the tested contexts; the known law's mass tested: {covered}"})
+        rows.append(ServerRow(result, "first-tokens-law", f"prompt{p}", "joint-topk" if topk else "joint"))
+    return rows, rate
+
+
 def _one_sample(mode: str, run: ProbeRun, kind: str, prompt: np.ndarray, seqs: np.ndarray, cells: np.ndarray,
-                laws: np.ndarray, pit: np.ndarray, false_fail_rate: float, target_tv: float,
-                notes: list[str], tokenize: Tokenize | None = None) -> ServerCertificate:
+                law_of, pit: np.ndarray, false_fail_rate: float, target_tv: float, notes: list[str],
+                tokenize: Tokenize | None = None, laws: np.ndarray | None = None, seed: int = 0,
+                chi_square: tuple[np.ndarray, np.ndarray] | None = None,
+                usable: np.ndarray | None = None) -> ServerCertificate:
+    """The one-sample certificate: identity rows per context and per prompt, then (where the laws are
+    small enough to hold per draw: the logprobs mode) the directional chi-square per position, the PIT
+    and the within-request independence; the false-fail rate is shared evenly over the tests."""
     multi = bool(run.header.get("capabilities", {}).get("n"))
     length = seqs.shape[1]
-    rate = false_fail_rate / (length + 1 + multi)
-    rows = _position_rows(prompt, seqs, cells, laws, rate, target_tv, len(run.header["prompts"]))
+    plan, refused = refuse_contexts(plan_contexts(prompt, seqs), usable if usable is not None else seqs > -2)
+    if refused:
+        notes = notes + [f"{refused} contexts untested: no draw there came back with the context's law (no top "
+                         f"logprobs at that position, as llama.cpp gives none for accepted drafts), or the list names "
+                         f"a partial character; the others' laws are shared by their draws, so none is biased"]
+    reserved = length + 1 + multi
+    rows, rate = _identity_rows(plan, cells, law_of, false_fail_rate, reserved, target_tv, len(run.header["prompts"]),
+                                length, laws is not None, seed)
+    rows += _position_rows(plan, *(chi_square if chi_square is not None else (cells, laws)), rate)
     rows.append(ServerRow(ks_uniformity(pit, false_fail_rate=rate, test="pit_ks"), "pit-probability-order", "",
                           "pit"))
     if multi:
         rows += _independence_rows(run, seqs, prompt, rate)
     notes = truncation_note(run, kind, tokenize=tokenize) + notes
-    return _certificate(mode, str(law_params(run)["model"]), rows, target_tv, kind, notes)
+    return _certificate(mode, str(law_params(run)["model"]), rows, target_tv, kind, notes, length)
 
 
-def _pit(cells: np.ndarray, laws: np.ndarray, reached: np.ndarray, seed: int) -> np.ndarray:
-    """Randomized PIT of every reached draw, the cells ordered by probability (largest first)."""
-    flat_laws = laws[reached]
-    flat_cells = cells[reached]
-    rng = np.random.default_rng(seed)
-    return pit_values(flat_cells, flat_laws, rng.random(flat_cells.size), sort_key=-flat_laws)
+def _pit(plan: ContextPlan, cells: np.ndarray, law_of, seed: int) -> np.ndarray:
+    """Randomized PIT of every reached draw, each context's cells ordered by probability (largest first)."""
+    uniforms = np.random.default_rng(seed).random(cells.shape)
+    out = np.full(cells.shape, np.nan)
+    for c in range(plan.prompt.size):
+        k = int(plan.position[c])
+        members = np.flatnonzero(plan.label[:, k] == c)
+        law = np.asarray(law_of(int(plan.first[c]), k), np.float64)
+        law = law / law.sum()
+        order = np.argsort(-law, kind="stable")
+        before = np.empty_like(law)
+        before[order] = np.cumsum(law[order]) - law[order]
+        x = cells[members, k]
+        out[members, k] = before[x] + uniforms[members, k] * law[x]
+    return out[plan.label >= 0]
 
 
 # ---------------------------------------------------------------- one-sample: the server's logprobs
 
 
-def logprob_cells(run: ProbeRun) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(prompt[N], seqs[N, L], cells[N, L], laws[N, L, K+1]) from the server's top-k logprobs.
+def logprob_cells(run: ProbeRun) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(prompt[N], seqs[N, L], cells[N, L], laws[N, L, K+1], usable[N, L]) from the server's top-k
+    logprobs; ``usable`` is False where a position came back without its top logprobs.
 
-    Cell j < K is the j-th most likely of the K top tokens reported at that draw; cell K is
-    the remainder (any other token), of probability 1 − Σ top. Positions past a sample's
-    end have seqs −1.
+    A context's law is the top-k the server reported at the first draw that reached it (every
+    draw of a context must see the same law), the last cell the remainder (any other token,
+    of probability 1 − Σ top); cell j < K is that list's j-th token, matched by name. Positions
+    past a sample's end have seqs −1.
     """
-    records = [r for r in run.records if "top" in r and "tokens" in r]
-    if not records:
+    records = [r for r in run.records if "tokens" in r]
+    if not any("top" in r for r in records):
         raise InputFileError("the run has no top logprobs: probe with --top-logprobs K on a server that returns them")
-    if len(records) < len(run.records):
-        raise InputFileError(f"{len(run.records) - len(records)} of {len(run.records)} samples have no top logprobs: "
-                          "the logprobs mode needs them on every sample")
     length = _length(run)
-    k = max((len(row) for r in records for row in r["top"]), default=0)
+    k = max((len(row) for r in records for row in r.get("top", [])), default=0)
     if k == 0:
         raise InputFileError("the run's top logprobs are empty: probe with --top-logprobs K >= 1")
     n = len(records)
     vocab: dict[str, int] = {}
     seqs = np.full((n, length), -1, np.int64)
-    cells = np.zeros((n, length), np.int64)
+    names: list[list[list[str]]] = []
     laws = np.zeros((n, length, k + 1))
+    usable = np.ones((n, length), bool)
     for i, r in enumerate(records):
-        for j, (token, top) in enumerate(list(zip(r["tokens"], r["top"]))[:length]):
+        row_names = []
+        for j, token in enumerate(r["tokens"][:length]):
+            top = r.get("top", [])[j] if j < len(r.get("top", [])) else []
+            usable[i, j] = bool(top)  # this draw reported its context's law
             top = sorted(top, key=lambda tl: -tl[1])[:k]
-            names = [t for t, _ in top]
+            row_names.append([t for t, _ in top])
             probs = np.exp(np.asarray([lp for _, lp in top], np.float64))
             laws[i, j, :len(top)] = probs
             laws[i, j, k] = max(0.0, 1.0 - probs.sum())
-            cells[i, j] = names.index(token) if token in names else k
             seqs[i, j] = vocab.setdefault(token, len(vocab))
+        names.append(row_names)
     laws /= np.where(laws.sum(axis=2, keepdims=True) > 0, laws.sum(axis=2, keepdims=True), 1.0)
-    return np.asarray([r["p"] for r in records], np.int64), seqs, cells, laws
+    prompt = np.asarray([r["p"] for r in records], np.int64)
+    plan = plan_contexts(prompt, seqs)
+    cells = np.zeros((n, length), np.int64)
+    reported = usable.copy()
+    for c in range(plan.prompt.size):  # each context's law: the top-k of a draw that reported it
+        pos = int(plan.position[c])
+        members = np.flatnonzero(plan.label[:, pos] == c)
+        with_law = members[reported[members, pos]]
+        # a law is the context's, not the draw's: draws that came back without it are placed by name,
+        # unless the list names a partial character ("\ufffd"), which a merged entry could hide behind
+        if with_law.size == 0 or any("\ufffd" in t for t in names[with_law[0]][pos]):
+            usable[members, pos] = False
+            continue
+        usable[members, pos] = True
+        lookup = {t: j for j, t in enumerate(names[with_law[0]][pos])}
+        cells[members, pos] = [lookup.get(records[i]["tokens"][pos], k) for i in members]
+        laws[members, pos] = laws[with_law[0], pos]
+    return prompt, seqs, cells, laws, usable
+
+
+def _refused_note(bad: np.ndarray, why: str) -> list[str]:
+    """One note naming the prompts refused and how many samples made them so."""
+    prompts = np.flatnonzero(bad)
+    if prompts.size == 0:
+        return []
+    named = ", ".join(f"prompt{p} ({bad[p]})" for p in prompts[:8]) + (" ..." if prompts.size > 8 else "")
+    return [f"{prompts.size} prompts refused, every context of theirs untested: {named} {why}"]
+
+
+def _without_prompts(run: ProbeRun, bad: np.ndarray) -> ProbeRun:
+    """The run with the samples of the prompts marked bad left out."""
+    return ProbeRun(run.header, [r for r in run.records if not bad[r["p"]]], run.path)
 
 
 def one_sample_logprobs(run: ProbeRun, *, false_fail_rate: float = DEFAULT_FALSE_FAIL, target_tv: float = 0.1,
                         seed: int = 0) -> ServerCertificate:
-    """Each position given its prefix against the server's own top-k law (no baseline run)."""
+    """Each context's draws against the server's own top-k law (no baseline run)."""
     _require_samples(run, "the run")
-    prompt, seqs, cells, laws = logprob_cells(run)
-    pit = _pit(cells, laws, seqs >= 0, seed)
+    missing = np.bincount([r["p"] for r in run.records if "tokens" not in r], minlength=len(run.header["prompts"]))
+    if missing.any():  # a sample without its tokens cannot be placed in any context: its prompt is refused
+        run = _without_prompts(run, missing > 0)
+        _require_samples(run, "the run, once the prompts with samples without logprobs are refused,")
+    prompt, seqs, cells, laws, usable = logprob_cells(run)
+    def law_of(i, k):
+        return laws[i, k]
+    pit = _pit(plan_contexts(prompt, seqs), cells, law_of, seed)
     note = "logprobs must be those of the sampled distribution (after temperature/top-k/top-p)"
-    return _one_sample("logprobs", run, "tokens", prompt, seqs, cells, laws, pit, false_fail_rate, target_tv,
-                       [note])
+    refused = _refused_note(missing, "samples without logprobs (whether a sample lacks them may depend on its "
+                            "tokens: testing the rest would bias the law)")
+    return _one_sample("logprobs", run, "tokens", prompt, seqs, cells, law_of, pit, false_fail_rate, target_tv,
+                       refused + [note], laws=laws, seed=seed, usable=usable)
 
 
 # ---------------------------------------------------------------- one-sample: a local reference model
 
 
-def one_sample_reference(run: ProbeRun, law: Callable[[ProbeRun], tuple[np.ndarray, np.ndarray, np.ndarray]], *,
+def one_sample_reference(run: ProbeRun, law: Callable[[ProbeRun], tuple], *,
                          false_fail_rate: float = DEFAULT_FALSE_FAIL, target_tv: float = 0.1,
                          seed: int = 0) -> ServerCertificate:
     """Test the samples against exact per-position laws from a reference model.
 
-    ``law(run) -> (prompt[N], tokens[N, L], probs[N, L, V])``: each sample's token ids (−1
-    past its end) and the reference's sampling law at each of its positions (teacher forcing).
+    ``law(run)`` gives ``(prompt[N], tokens[N, L], probs[N, L, V])`` (each sample's token ids,
+    −1 past its end, and the reference's sampling law at each of its positions, by teacher
+    forcing), or ``(prompt, tokens, index[N, L], table[C, V])`` with the laws stored once per
+    distinct context (``probs[i, k] = table[index[i, k]]``).
     """
     _require_samples(run, "the run")
-    prompt, tokens, probs = law(run)
-    reached = tokens >= 0
-    cells = np.where(reached, tokens, 0)
-    pit = _pit(cells, probs, reached, seed)
+    out = law(run)
+    if len(out) == 3:
+        prompt, tokens, probs = out
+        index, table = np.arange(tokens.size).reshape(tokens.shape), np.asarray(probs).reshape(tokens.size, -1)
+        mismatched = np.zeros(len(run.header["prompts"]), np.int64)
+    else:
+        prompt, tokens, index, table, mismatched = out
+    keep = mismatched[prompt] == 0  # a prompt with samples that re-tokenise differently is refused whole
+    if not keep.any():
+        raise InputFileError(f"every prompt has samples whose text re-tokenises to more than "
+                             f"{tokens.shape[1]} tokens: nothing can be tested without bias")
+    prompt, tokens, index = prompt[keep], tokens[keep], index[keep]
+    cells = np.where(tokens >= 0, tokens, 0)
+    def law_of(i, k):
+        return table[index[i, k]]
+    plan = plan_contexts(prompt, tokens)
+    pit = _pit(plan, cells, law_of, seed)
+    top_cells, top_laws = _heaviest(plan, cells, law_of)
     tokenize = getattr(law, "tokenize", None)  # a reference model counts in its own tokens
     kind = "ids" if unit_kind(run) == "ids" else "model tokens" if tokenize else "words"
-    left_out = len(run.records) - len(prompt)
-    notes = [f"{left_out} of {len(run.records)} samples left out: their text re-tokenises differently from how "
-             "it was sampled"] if left_out else []
-    return _one_sample("reference", run, kind, prompt, tokens, cells, probs, pit, false_fail_rate, target_tv, notes,
-                       tokenize)
+    notes = _refused_note(mismatched, "samples whose text re-tokenises to more than L tokens (the server's tokens "
+                          "are not known: testing the rest would bias the law)")
+    return _one_sample("reference", run, kind, prompt, tokens, cells, law_of, pit, false_fail_rate, target_tv,
+                       notes, tokenize, seed=seed, chi_square=(top_cells, top_laws))
+
+
+#: The reference law's heaviest tokens per context kept for the directional chi-square (the rest: one cell).
+CHI_SQUARE_TOKENS = 64
+
+
+def _heaviest(plan: ContextPlan, cells: np.ndarray, law_of) -> tuple[np.ndarray, np.ndarray]:
+    """(cells[N, L], laws[N, L, M+1]): each draw's cell among its context's M heaviest tokens
+    (M: the last cell, the rest), and that lumped law: a vocabulary-sized law held once per draw
+    would not fit."""
+    m = CHI_SQUARE_TOKENS
+    out_cells = np.zeros(cells.shape, np.int64)
+    out_laws = np.zeros((*cells.shape, m + 1))
+    for c in range(plan.prompt.size):
+        k = int(plan.position[c])
+        members = plan.label[:, k] == c
+        law = np.asarray(law_of(int(plan.first[c]), k), np.float64)
+        law = law / law.sum()
+        head = np.argsort(-law, kind="stable")[:m]
+        lumped = np.zeros(m + 1)
+        lumped[:head.size] = law[head]
+        lumped[m] = max(0.0, 1.0 - lumped[:m].sum())
+        where = np.full(law.size, m)
+        where[head] = np.arange(head.size)
+        out_cells[members, k] = where[cells[members, k]]
+        out_laws[members, k] = lumped
+    return out_cells, out_laws
 
 
 def run_mode(mode: str, **kwargs) -> ServerCertificate:

@@ -25,7 +25,7 @@ import ssl
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, TextIO
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TextIO
 
 import specgauge
 from specgauge.errors import ConfigError, InputFileError, SpecgaugeError
@@ -412,6 +412,8 @@ def _parse_choice(choice: Mapping[str, Any], endpoint: str) -> dict[str, Any]:
     if isinstance(lp, dict) and endpoint == "chat" and isinstance(lp.get("content"), list):
         content = lp["content"]
         tokens = [c["token"] for c in content]
+        if content and all(_is_int(c.get("id")) for c in content):  # llama.cpp gives each token's id
+            record["token_ids"] = [c["id"] for c in content]
         logprobs = [c["logprob"] for c in content]
         top = [_top_pairs(c.get("top_logprobs")) for c in content]
     elif isinstance(lp, dict) and isinstance(lp.get("tokens"), list):
@@ -424,7 +426,9 @@ def _parse_choice(choice: Mapping[str, Any], endpoint: str) -> dict[str, Any]:
         if top and any(top):
             record["top"] = top
     ids = choice.get("token_ids")
-    if isinstance(ids, list) and all(isinstance(i, int) for i in ids):
+    if "token_ids" in record:
+        pass
+    elif isinstance(ids, list) and all(isinstance(i, int) for i in ids):
         record["token_ids"] = ids
     elif tokens and all(_token_id(t) is not None for t in tokens):
         record["token_ids"] = [_token_id(t) for t in tokens]
@@ -507,7 +511,8 @@ def _check_resume(path: Path, header: Mapping[str, Any], cfg: ProbeConfig, promp
     new = cfg.params()
     if old.get("model") is None:
         new["model"] = None
-    diffs = [f"{k} {old.get(k)!r} vs {new.get(k)!r}" for k in new if k != "model" and old.get(k) != new.get(k)]
+    free = ("model", "samples_per_prompt")  # more or fewer draws of the same law: a sized run extends its pilot
+    diffs = [f"{k} {old.get(k)!r} vs {new.get(k)!r}" for k in new if k not in free and old.get(k) != new.get(k)]
     if header.get("prompts") != prompts:
         diffs.append("the prompts differ")
     if diffs:
@@ -517,7 +522,7 @@ def _check_resume(path: Path, header: Mapping[str, Any], cfg: ProbeConfig, promp
 
 def probe(cfg: ProbeConfig, prompts: list[str], out: Path | str, *, client_config: ClientConfig = ClientConfig(),
           transport=None, progress: bool | str = False, max_samples: int | None = None,
-          stream: TextIO | None = None) -> ProbeSummary:
+          stream: TextIO | None = None, watchers: Sequence[Any] = ()) -> ProbeSummary:
     """Fill ``out`` up to ``samples_per_prompt`` samples for every prompt (resuming what is there).
 
     ``transport``: an httpx2 transport (e.g. ``httpx2.ASGITransport(app)``) for in-process
@@ -527,12 +532,16 @@ def probe(cfg: ProbeConfig, prompts: list[str], out: Path | str, *, client_confi
     Raises :class:`ServerError` with one line for an unreachable or non-OpenAI server,
     :class:`TemperatureIgnoredError` when sampling gave one answer per prompt throughout and
     :class:`DeadlineError` when ``client_config.deadline_s`` passed (the file keeps what landed).
+    ``watchers``: objects with ``add(records)``, ``check()`` (raises to stop the probe) and
+    ``stopped``, fed every sample as it lands, those already in the file first (an early test).
     """
     mode = {True: "bar", False: "off"}.get(progress, progress) if isinstance(progress, bool) else progress
-    return asyncio.run(_probe(cfg, prompts, Path(out), client_config, transport, mode, max_samples, stream))
+    return asyncio.run(_probe(cfg, prompts, Path(out), client_config, transport, mode, max_samples, stream,
+                              tuple(watchers)))
 
 
-async def _probe(cfg, prompts, out: Path, client_config, transport, mode, max_samples, stream) -> ProbeSummary:
+async def _probe(cfg, prompts, out: Path, client_config, transport, mode, max_samples, stream,
+                 watchers) -> ProbeSummary:
     if not prompts:
         raise ConfigError("no prompts to probe")
     if not out.parent.is_dir():
@@ -547,7 +556,7 @@ async def _probe(cfg, prompts, out: Path, client_config, transport, mode, max_sa
     count = [0]  # samples written by this call, kept when the deadline cuts the run
     try:
         async with asyncio.timeout(client_config.deadline_s), state.heartbeat():
-            await _fill(cfg, prompts, out, client, mode, max_samples, stream, state, count)
+            await _fill(cfg, prompts, out, client, mode, max_samples, stream, state, count, watchers)
     except TimeoutError:
         raise DeadlineError(f"the probe's deadline ({client_config.deadline_s:g} s) passed while waiting for "
                             f"{state.what}: {count[0]} new samples are in {out}; rerun to resume") from None
@@ -584,7 +593,7 @@ class _State:
             task.cancel()
 
 
-async def _fill(cfg, prompts, out, client, mode, max_samples, stream, state, count) -> None:
+async def _fill(cfg, prompts, out, client, mode, max_samples, stream, state, count, watchers) -> None:
     done: set[tuple[int, int]] = set()
     if out.exists() and out.stat().st_size > 0:
         run = read_probe(out)
@@ -596,7 +605,7 @@ async def _fill(cfg, prompts, out, client, mode, max_samples, stream, state, cou
         model = header["model"]
         journal = _Journal(out)
         first: list[dict[str, Any]] = []
-        watch = _SamplingWatch(cfg, len(prompts), run.records)
+        watch = _Watchers([_SamplingWatch(cfg, len(prompts), run.records), *watchers], run.records)
         requests = itertools.count(1 + max((r.get("r", -1) for r in run.records), default=-1))
     else:
         models = await _models(client)
@@ -612,7 +621,8 @@ async def _fill(cfg, prompts, out, client, mode, max_samples, stream, state, cou
                   "specgauge_version": specgauge.__version__}
         journal = _Journal(out)
         journal.write([header])
-        watch = _SamplingWatch(cfg, len(prompts), [{"p": 0, **rec} for rec in first])
+        watch = _Watchers([_SamplingWatch(cfg, len(prompts), [{"p": 0, **rec} for rec in first]), *watchers],
+                          [{"p": 0, **rec} for rec in first])
         first = [{**rec, "r": 0} for rec in first]
         requests = itertools.count(1)
     state.caps, state.total = caps, len(done)
@@ -673,6 +683,27 @@ async def _run_jobs(client, cfg, model, prompts, caps, jobs, journal, watch, con
         for task in tasks:
             task.cancel()
         bar.close()
+
+
+class _Watchers:
+    """Several watchers fed as one; the first (the temperature watch) has seen ``records`` already."""
+
+    def __init__(self, watchers: list, records: Iterable[Mapping[str, Any]]) -> None:
+        self.watchers = watchers
+        for w in watchers[1:]:
+            w.add(records)
+
+    @property
+    def stopped(self) -> bool:
+        return any(w.stopped for w in self.watchers)
+
+    def add(self, records) -> None:
+        for w in self.watchers:
+            w.add(records)
+
+    def check(self) -> None:
+        for w in self.watchers:
+            w.check()
 
 
 class _SamplingWatch:

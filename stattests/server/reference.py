@@ -16,6 +16,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
+#: Distinct completions per forward pass.
+BATCH = 64
+
 import numpy as np
 
 from specgauge.errors import ConfigError
@@ -88,25 +91,24 @@ def _load(path: str, say=lambda line: None):
     return tokenizer, model
 
 
-def teacher_forced_law(ref: ReferenceModel, run: ProbeRun) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(prompt[N], tokens[N, L], probs[N, L, V]): each sample's ids, −1 past its end (a sample
-    that re-tokenises to more than L tokens is left out), and the law at each position."""
-    bar = Progress(len(run.records), "reference: teacher forcing", mode=ref.progress)
-    tokenizer, model = _load(ref.path, bar.say)
-    import torch
-    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
-
-    length = run.header["params"]["max_tokens"]
-    chat = run.header["params"]["endpoint"] == "chat"
-    prompt_ids = []
-    for text in run.header["prompts"]:
+def _prompt_ids(tokenizer, prompts: list[str], chat: bool, add_special_tokens: bool) -> list[list[int]]:
+    """Each prompt's token ids as the server sees them (chat: the model's template, rendered then tokenised)."""
+    out = []
+    for text in prompts:
         if chat:  # rendered, then tokenised: transformers 5 returns a BatchEncoding when it tokenises itself
             rendered = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
                                                      tokenize=False)
             ids = tokenizer(rendered, add_special_tokens=False)["input_ids"]
         else:
-            ids = tokenizer(text, add_special_tokens=ref.add_special_tokens)["input_ids"]
-        prompt_ids.append(list(ids))
+            ids = tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"]
+        out.append(list(ids))
+    return out
+
+
+def _warpers(ref: ReferenceModel):
+    """transformers' own logits warpers for the reference's sampling settings, in `generate`'s order."""
+    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
     warpers = LogitsProcessorList([TemperatureLogitsWarper(ref.temperature)])
     if ref.top_k:  # None or 0: no top-k (llama.cpp reads 0 as off)
         warpers.append(TopKLogitsWarper(ref.top_k))
@@ -116,29 +118,75 @@ def teacher_forced_law(ref: ReferenceModel, run: ProbeRun) -> tuple[np.ndarray, 
         from transformers import MinPLogitsWarper
 
         warpers.append(MinPLogitsWarper(ref.min_p))
+    return warpers
 
-    prompts, completions = [], []
+
+def first_token_laws(ref: ReferenceModel, prompts: list[str], chat: bool) -> list[np.ndarray]:
+    """The law of the first sampled token at each prompt: what a sized probe is planned on."""
+    tokenizer, model = _load(ref.path)
+    import torch
+
+    warpers = _warpers(ref)
+    laws = []
+    for ids in _prompt_ids(tokenizer, prompts, chat, ref.add_special_tokens):
+        inputs = torch.tensor([ids], dtype=torch.long)
+        with torch.no_grad():
+            logits = model(inputs).logits[:, -1].double()
+        laws.append(torch.softmax(warpers(inputs, logits), dim=-1)[0].numpy())
+    return laws
+
+
+def teacher_forced_law(ref: ReferenceModel, run: ProbeRun) -> tuple:
+    """(prompt[N], tokens[N, L], index[N, L], table[C, V], mismatched[P]): each sample's ids (−1
+    past its end), the row of ``table`` holding the law at each of its positions (one row per
+    distinct context, float32), and per prompt the samples whose text re-tokenises to more
+    than L tokens (left out here; the comparison refuses those prompts rather than test a
+    biased subset)."""
+    bar = Progress(len(run.records), "reference: teacher forcing", mode=ref.progress)
+    tokenizer, model = _load(ref.path, bar.say)
+    import torch
+
+    length = run.header["params"]["max_tokens"]
+    prompt_ids = _prompt_ids(tokenizer, run.header["prompts"], run.header["params"]["endpoint"] == "chat",
+                             ref.add_special_tokens)
+    warpers = _warpers(ref)
+
+    prompts, completions, mismatched = [], [], np.zeros(len(run.header["prompts"]), np.int64)
     for r in run.records:
         ids = r.get("token_ids") or tokenizer(r["text"], add_special_tokens=False)["input_ids"]
         if 0 < len(ids) <= length:
             prompts.append(r["p"])
             completions.append(list(ids) + [-1] * (length - len(ids)))
+        else:
+            mismatched[r["p"]] += 1
     if not completions:
         raise ConfigError(f"no sample of 1 to {length} tokens after tokenisation: is {ref.path!r} the served model?")
     prompt = np.asarray(prompts, np.int64)
     tokens = np.asarray(completions, np.int64)
-    vocab = model.get_output_embeddings().weight.shape[0]
-    probs = np.empty((tokens.shape[0], length, vocab))
+    index = np.full(tokens.shape, -1, np.int64)
+    rows_of: dict[tuple, int] = {}
+    table: list[np.ndarray] = []
     for p in np.unique(prompt):
         rows = np.flatnonzero(prompt == p)
         unique, inverse = np.unique(tokens[rows], axis=0, return_inverse=True)
-        head = torch.tensor(prompt_ids[p], dtype=torch.long).expand(unique.shape[0], -1)
-        inputs = torch.cat([head, torch.from_numpy(np.maximum(unique[:, :-1], 0))], dim=1)  # causal: padding is after
-        with torch.no_grad():
-            logits = model(inputs).logits[:, len(prompt_ids[p]) - 1:].double()
-        laws = torch.stack([torch.softmax(warpers(inputs[:, :len(prompt_ids[p]) + k], logits[:, k]), dim=-1)
-                            for k in range(length)], dim=1)
-        probs[rows] = laws.numpy()[inverse.ravel()]
+        inverse = inverse.ravel()
+        for start in range(0, unique.shape[0], BATCH):  # bounded memory: a batch's logits are [B, L, V]
+            chunk = unique[start:start + BATCH]
+            head = torch.tensor(prompt_ids[p], dtype=torch.long).expand(chunk.shape[0], -1)
+            inputs = torch.cat([head, torch.from_numpy(np.maximum(chunk[:, :-1], 0))], dim=1)  # causal: padding after
+            with torch.no_grad():
+                logits = model(inputs).logits[:, len(prompt_ids[p]) - 1:].double()
+            for k in range(length):
+                laws = torch.softmax(warpers(inputs[:, :len(prompt_ids[p]) + k], logits[:, k]), dim=-1).numpy()
+                for j, seq in enumerate(chunk):
+                    if k and seq[k - 1] < 0:
+                        continue
+                    key = (int(p), *map(int, seq[:k]))
+                    if key not in rows_of:  # one law per context, however many samples share it
+                        rows_of[key] = len(table)
+                        table.append(laws[j].astype(np.float32))
+                    index[rows[inverse == start + j], k] = rows_of[key]
         bar.update(rows.size)
     bar.close()
-    return prompt, tokens, probs
+    law = np.stack(table) if table else np.zeros((0, 0), np.float32)
+    return prompt, tokens, index, law, mismatched
