@@ -41,6 +41,8 @@ from typing import Iterator
 ROOT = Path(__file__).resolve().parents[1]
 FENCE = "```"
 MARKER = "<!-- output: {} -->"
+#: a markdown table a command prints, kept in the page as a table (no fence, no command shown)
+TABLE_MARKER = "<!-- table: {} -->"
 SETUP_MARKER = "<!-- setup: {} -->"
 
 
@@ -59,6 +61,7 @@ class Example:
     exit_codes: tuple[int, ...] = (0,)         # what each command may exit with (a failing verdict is 1)
     in_repo: bool = False                      # run in the repository (a command that reads its files, writes none)
     varies: tuple[str, ...] = ()               # regexes of the parts another CPU prints otherwise (masked, said on the page)
+    table: bool = False                        # the block is the first markdown table the last command prints
     timeout_s: int = 900
 
 
@@ -153,9 +156,17 @@ def normalise(text: str, numbers: bool = True, varies: tuple[str, ...] = ()) -> 
     return out
 
 
-def block(text: str, name: str) -> tuple[int, int]:
-    """(first, last) line indices of the fenced block after ``name``'s marker, fences excluded."""
+def block(text: str, name: str, table: bool = False) -> tuple[int, int]:
+    """(first, last) line indices of the fenced block after ``name``'s marker, fences excluded;
+    with ``table``, of the markdown table right after ``name``'s table marker."""
     lines = text.splitlines()
+    if table:
+        marker = TABLE_MARKER.format(name)
+        if marker not in lines:
+            raise SystemExit(f"no marker {marker!r}")
+        at = lines.index(marker)
+        end = next((i for i in range(at + 1, len(lines)) if not lines[i].startswith("|")), len(lines))
+        return at + 1, end
     marker = MARKER.format(name)
     try:
         at = lines.index(marker)
@@ -169,8 +180,18 @@ def block(text: str, name: str) -> tuple[int, int]:
 
 def page_block(example: Example) -> str:
     text = (ROOT / example.page).read_text()
-    first, end = block(text, example.name)
+    first, end = block(text, example.name, example.table)
     return "\n".join(text.splitlines()[first:end])
+
+
+def first_table(text: str) -> str:
+    """The first markdown table in a command's output (its consecutive ``|`` lines)."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("|")), None)
+    if start is None:
+        raise RuntimeError("the command printed no markdown table")
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return "\n".join(lines[start:end])
 
 
 def setup_code(name: str) -> str:
@@ -240,7 +261,7 @@ def run(example: Example, workdir: Path | None = None) -> str:
                     raise RuntimeError(f"{example.name}: `{command}` exited {result.returncode} "
                                        f"(expected {example.exit_codes}):\n{result.stdout[-3000:]}")
                 parts.append(f"$ {command}\n{_clean(result.stdout)}".rstrip())
-        return "\n".join(parts)
+        return first_table(result.stdout) if example.table else "\n".join(parts)
 
 
 def stale(example: Example, fresh: str) -> list[str]:
@@ -255,7 +276,7 @@ def stale(example: Example, fresh: str) -> list[str]:
 def rewrite(example: Example, fresh: str) -> None:
     path = ROOT / example.page
     text = path.read_text()
-    first, end = block(text, example.name)
+    first, end = block(text, example.name, example.table)
     lines = text.splitlines()
     path.write_text("\n".join(lines[:first] + fresh.splitlines() + lines[end:]) + "\n")
 
