@@ -53,8 +53,10 @@ def _concurrency_note(row: dict) -> str:
 def summary(row: dict, trace: str | None = None) -> str:
     """A short readable summary of one report row (``trace``: the file it replayed, if any)."""
     draft = row["draft"] if row["gamma"] else "none"
+    dp, ep = row.get("dp", 1), row.get("ep", 1)
+    gpus = f"x{row['tp'] * dp} (tp {row['tp']} x dp {dp}, ep {ep})" if dp > 1 or ep > 1 else f"x{row['tp']}"
     lines = [
-        f"{row['target']} on {row['gpu']} x{row['tp']}, draft {draft}, gamma {row['gamma']} ({row['policy']}), "
+        f"{row['target']} on {row['gpu']} {gpus}, draft {draft}, gamma {row['gamma']} ({row['policy']}), "
         f"acceptance {row['acceptance']}",
         f"  batch cap {row['batch_size']}, {row['arrival']}" + (f" at {row['qps']:g} req/s" if row["qps"] else "")
         + f", {_workload_line(row, trace)}, seed {row['seed']}",
