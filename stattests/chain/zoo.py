@@ -697,6 +697,26 @@ class HerdedRemainder(_Mutant):
         return assemble(draft_tokens, n_accepted, sample_rows_at(dist, u))
 
 
+class HerdedBonus(HerdedRemainder):
+    """The bonus from the same carried low-discrepancy stream as ``herded-remainder``, from
+    p itself: every marginal exact, so only the rows' independence across calls is wrong.
+    No identity row can see it (each position's law is p); ``independence-calls`` must,
+    by the under-dispersion of the bonus counts across blocks of calls. From specgauge
+    issue 34: such a decoder passed ``independence-calls`` on all three SmolLM2 bonuses at
+    the default size (dispersion 0.06–0.21 of an independent sample's).
+    """
+
+    name = "herded-bonus"
+    tv = 0.0
+    expected_failed_checks = {
+        "independence-calls": "the bonus counts are under-dispersed across calls (a carried low-discrepancy "
+                              "stream) while every marginal is exact",
+    }
+
+    def _law(self, p: np.ndarray) -> np.ndarray:
+        return p
+
+
 #: Exact rules other than the reference's: the certification must pass them.
 EXACT_ALTERNATIVES = {cls.name: cls for cls in [RecycledUniforms, GumbelMaxResampler, PermutedInverseCdf]}
 
@@ -707,6 +727,7 @@ ZOO: dict[str, type[_Mutant]] = {cls.name: cls for cls in [
     SharedRowRandomness, WrongRowDraftProbs, SmallBatchFastPath, LongDraftBug, AlternatingTailBias,
     SharedAtHalfBatch, CorrectionFromEarlierToken, ReseedWithoutAdvancing, BonusFromPositionFour,
     LargeVocabBonusFromDraft, StratifiedRows, BandPreservingTailPermutation, HerdedRemainder,
+    HerdedBonus,
 ]}
 
 
