@@ -145,6 +145,7 @@ def test_the_deadline_ends_the_probe_and_says_what_it_waited_for(tmp_path):
 
 def test_the_progress_shows_in_a_log_and_on_a_terminal(tmp_path):
     from specgauge.fixtures.fake_openai import FakeOpenAI
+    from specgauge.fixtures.serve import serve_app
     from specgauge.stattests.server.progress import Progress
 
     clock = iter(range(0, 1000, 4))
@@ -157,36 +158,13 @@ def test_the_progress_shows_in_a_log_and_on_a_terminal(tmp_path):
     lines = log.read_text().splitlines()
     assert len(lines) >= 3 and lines[-1].startswith("probe: 100/100 samples (100%)") and "ETA" in lines[0]
     pexpect = pytest.importorskip("pexpect")
-    with _served(FakeOpenAI()) as url:
+    with serve_app(FakeOpenAI()) as url:
         child = pexpect.spawn(sys.executable, ["-m", "specgauge.reports.cli", "probe", url, "--out",
                                                str(tmp_path / "run.jsonl"), "--samples", "40", "--n", "1"],
                               timeout=LIMIT_S)
         child.expect(pexpect.EOF)
     screen = child.before.decode()
     assert "probe: 100%|" in screen and "319/319" in screen  # 8 built-in prompts x 40, less the first, screen[-400:]
-
-
-class _served:
-    """An ASGI app on uvicorn in a thread, for the subprocess cases."""
-
-    def __init__(self, app) -> None:
-        import uvicorn
-
-        from specgauge.fixtures.serve import free_port
-
-        self.port = free_port()
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error"))
-
-    def __enter__(self) -> str:
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        while not self.server.started:
-            time.sleep(0.05)
-        return f"http://127.0.0.1:{self.port}"
-
-    def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
 
 
 def _compare_files(tmp_path: Path, samples: int) -> tuple[Path, Path]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 import json
 import os
 import sys
@@ -36,6 +37,8 @@ temperature = _number(float, lambda v: 0 <= v < float("inf"), "a number >= 0")
 top_p = _number(float, lambda v: 0 < v <= 1, "a probability in (0, 1]")
 unit = _number(float, lambda v: 0 <= v <= 1, "a number in [0, 1]")
 seconds = _number(float, lambda v: 0 <= v < float("inf"), "a number of seconds >= 0")
+tv_value = _number(float, lambda v: 0 < v < 1, "a TV in (0, 1)")
+rate_value = _number(float, lambda v: 0 < v < 1, "a rate in (0, 1)")
 
 
 def json_object(text: str, flag: str) -> dict:
@@ -92,6 +95,17 @@ def build_parser() -> argparse.ArgumentParser:
                         help="seconds for the whole probe; what landed stays in --out and a rerun resumes "
                              "(default: none)")
     parser.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"), help="default $OPENAI_API_KEY")
+    sized = parser.add_argument_group("sized for a worst-case guarantee")
+    sized.add_argument("--guarantee", type=tv_value, default=None, metavar="TV",
+                       help="draw what the identity test needs to state this worst-case TV at every prompt's first "
+                            "position (a pilot first, then the plan and its time; an exact-looking run is failed "
+                            "early by an anytime-valid test); needs --reference or --top-logprobs")
+    sized.add_argument("--reference", default=None, metavar="MODEL_DIR",
+                       help="local model directory of the served model: the first-position laws, before any request")
+    sized.add_argument("--false-fail", type=rate_value, default=1e-6,
+                       help="the comparison's total false-fail rate the plan is sized for, and the early test's "
+                            "(default 1e-6)")
+    sized.add_argument("--pilot", type=positive_int, default=20, help="pilot draws per prompt (default 20)")
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress (a bar on a terminal, a line every 10 s in a log) and no wait lines")
     return parser
@@ -107,11 +121,86 @@ def main(argv: list[str] | None = None) -> int:
     client = ClientConfig(concurrency=args.concurrency, max_rps=args.max_rps, retries=args.retries,
                           timeout_s=args.timeout, api_key=args.api_key, max_retry_after_s=args.max_retry_after,
                           deadline_s=args.deadline)
-    summary = probe(cfg, load_prompts(args.prompts), args.out, client_config=client,
-                    progress=auto_mode(sys.stderr, not args.no_progress))
+    prompts = load_prompts(args.prompts)
+    progress = auto_mode(sys.stderr, not args.no_progress)
+    if args.guarantee is not None:
+        summary = _sized(args, cfg, prompts, client, progress)
+    else:
+        if args.reference is not None:
+            raise UsageError("--reference plans a sized probe: give --guarantee TV too")
+        summary = probe(cfg, prompts, args.out, client_config=client, progress=progress)
     caps = summary.capabilities
     print(f"probe: {summary.drawn} new samples in {summary.seconds:.1f} s ({summary.samples_per_second:.0f}/s), "
           f"{summary.total} in {args.out}; server honours n: {'yes' if caps['n'] else 'no'}, "
           f"logprobs: {'yes' if caps['logprobs'] else 'no'}; tokens recorded as "
           f"{'ids' if caps.get('token_ids') else 'text'}")
     return 0
+
+
+def _sized(args, cfg: ProbeConfig, prompts: list[str], client: ClientConfig, progress: str):
+    """A pilot, the plan (draws per prompt, time at the pilot's rate), then the run with the early test."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from specgauge.stattests.server.probe import read_probe
+    from specgauge.stattests.server.sequential import EProcess, SizedPlan, draws_for, planning_rate
+
+    if args.reference is None and cfg.top_logprobs == 0:
+        raise UsageError("--guarantee needs the first-position laws: --reference MODEL_DIR, or --top-logprobs K "
+                         "for the server's own")
+    if args.reference is not None and not Path(args.reference).is_dir():
+        raise UsageError(f"--reference {args.reference!r} is not a directory")
+    pilot = probe(replace(cfg, samples_per_prompt=max(args.pilot, min(args.samples, args.pilot))), prompts, args.out,
+                  client_config=client, progress=progress)
+    run = read_probe(args.out)
+    if args.reference is not None:
+        from specgauge.stattests.server.reference import ReferenceModel, first_token_laws, model_tokenizer
+
+        ref = ReferenceModel(args.reference, temperature=cfg.temperature or 1.0, top_k=cfg.top_k, top_p=cfg.top_p,
+                             min_p=cfg.min_p)
+        laws = first_token_laws(ref, prompts, cfg.endpoint == "chat")
+        tokenize = model_tokenizer(args.reference)
+
+        def first_token(record):
+            ids = record.get("token_ids") or tokenize(record["text"])
+            return ids[0] if ids else None
+    else:
+        laws, names = _pilot_laws(run, len(prompts))
+
+        def first_token(record):
+            tokens = record.get("tokens")
+            if not tokens or not names[record["p"]]:
+                return None
+            return names[record["p"]].get(tokens[0], len(names[record["p"]]))
+    rate = planning_rate(args.false_fail, len(prompts), cfg.max_tokens)
+    plan = SizedPlan(args.guarantee, rate, tuple(draws_for(args.guarantee, laws, rate)))
+    speed = pilot.samples_per_second if pilot.drawn and np.isfinite(pilot.samples_per_second) else None
+    print(f"probe: plan: {plan.describe(speed)}", file=sys.stderr, flush=True)
+    early = EProcess(laws, args.false_fail, first_token)
+    summary = probe(replace(cfg, samples_per_prompt=plan.samples_per_prompt), prompts, args.out, client_config=client,
+                    progress=progress, watchers=[early])
+    print(f"probe: sized for TV {args.guarantee:g}; the early test's e-value {early.e_value:.3g} stayed below "
+          f"1/{args.false_fail:g}; certify with: specgauge compare {args.out} "
+          f"{'--reference ' + args.reference + ' ' if args.reference else ''}--tv {args.guarantee:g} "
+          f"--false-fail {args.false_fail:g}", file=sys.stderr, flush=True)
+    return summary
+
+
+def _pilot_laws(run, n_prompts: int):
+    """Each prompt's first-position law over its reported top-k tokens and one cell for the rest,
+    from the first pilot draw that reported it, and the token names of those cells."""
+    import numpy as np
+
+    laws, names = [np.ones(1)] * n_prompts, [{}] * n_prompts
+    for r in run.records:
+        top = r.get("top") or []
+        if top and top[0] and not names[r["p"]]:
+            pairs = sorted(top[0], key=lambda tl: -tl[1])
+            probs = np.exp([lp for _, lp in pairs])
+            laws[r["p"]] = np.r_[probs, max(0.0, 1.0 - probs.sum())]
+            names[r["p"]] = {t: j for j, (t, _) in enumerate(pairs)}
+    if not all(names):
+        raise UsageError("the pilot's samples carry no top logprobs at some prompt's first position: size with "
+                         "--reference MODEL_DIR instead")
+    return laws, names

@@ -36,6 +36,13 @@ class BiasedServerError(ServerError):
     """The sequential test found the server's first tokens certainly off the known law."""
 
 
+def planning_rate(false_fail_rate: float, prompts: int, length: int) -> float:
+    """The rate a sized probe plans each first position at: the comparison shares its total over
+    the contexts it tests, so plan for a wide family (64 contexts a prompt and position, and
+    the other tests); a smaller family gives each row more and states a finer figure."""
+    return false_fail_rate / (prompts * 64 * length + length + 2)
+
+
 def draws_for(tv: float, laws: Sequence[np.ndarray], false_fail_rate: float) -> list[int]:
     """Draws per prompt for the identity test to state ``tv`` at each first position: about
     ‖p^(−max)_(−tv)‖_(2/3) / tv², O(log 1/rate)."""
