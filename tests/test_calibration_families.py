@@ -359,22 +359,24 @@ IDENTITY_TAIL = [
 
 @pytest.mark.parametrize("name, k", IDENTITY_TAIL)
 def test_identity_critical_value_holds_deep_in_the_tail(name, k):
-    """Beyond what the simulated replicates show: fresh null draws of the middle's Z (200,000
-    on small vocabularies, 20,000 on large ones) exceed the critical values at 1e-3 and 1e-4
-    no more often than declared (one-sided binomial)."""
-    from specgauge.stattests.core.identity import _simulate, split_for
+    """The proven bound on Z's null tail (core/tail_bounds.py) checked by simulation: fresh
+    null draws of the middle's Z (200,000 on small vocabularies, 20,000 on large ones) exceed
+    its critical values at 1e-3 and 1e-4 no more often than declared (one-sided binomial)."""
+    from specgauge.stattests.core.identity import _simulate, null_variance, proven_split
+    from specgauge.stattests.core.tail_bounds import z_tail_bound
 
     f = _PAIRS[name]
     p = f.target[k]
     n = int(CONFIG.rows(f) * emission_probability(f)[k])
-    split, law, _ = split_for(n, p, false_fail_rate=CONFIG.per_assertion)
-    if law.sd <= 0:
-        pytest.skip(f"{name} position {k}: the middle is empty")
+    split, _ = proven_split(n, p, false_fail_rate=CONFIG.per_assertion)
     ps = np.sort(p[p > 0])
+    sd = float(np.sqrt(null_variance(n, ps, split.weights)))
+    if sd <= 0:
+        pytest.skip(f"{name} position {k}: the middle is empty")
     draws = 200_000 if f.vocab_size <= 1000 else 20_000
     z = _simulate(n, ps, split.weights, draws, np.random.default_rng([59, k, len(name)]))
     for tail in (1e-3, 1e-4):
-        hits = int((z >= law.critical(tail)).sum())
+        hits = int((z >= z_tail_bound(n, ps, split.weights, tail, sd).critical(tail)).sum())
         pvalue = stats.binomtest(hits, z.size, tail, alternative="greater").pvalue
         print(f"{name} position {k}: n {n}, {hits} of {z.size} beyond the {tail:g} critical value "
               f"(declared {tail * z.size:.0f}; p-value {pvalue:.3g})")
