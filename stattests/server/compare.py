@@ -429,7 +429,7 @@ def _identity_rows(plan: ContextPlan, cells: np.ndarray, law_of, false_fail_rate
 
 
 def _one_sample(mode: str, run: ProbeRun, kind: str, prompt: np.ndarray, seqs: np.ndarray, cells: np.ndarray,
-                law_of, pit: np.ndarray, false_fail_rate: float, target_tv: float, notes: list[str],
+                law_of, false_fail_rate: float, target_tv: float, notes: list[str],
                 tokenize: Tokenize | None = None, laws: np.ndarray | None = None, seed: int = 0,
                 chi_square: tuple[np.ndarray, np.ndarray] | None = None,
                 usable: np.ndarray | None = None) -> ServerCertificate:
@@ -443,6 +443,7 @@ def _one_sample(mode: str, run: ProbeRun, kind: str, prompt: np.ndarray, seqs: n
         notes = notes + [f"{refused} contexts untested: no draw there came back with the context's law (no top "
                          f"logprobs at that position, as llama.cpp gives none for accepted drafts), or the list names "
                          f"a partial character; the others' laws are shared by their draws, so none is biased"]
+    pit = _pit(plan, cells, law_of, seed)
     reserved = length + 1 + multi
     rows, rate = _identity_rows(plan, cells, law_of, false_fail_rate, reserved, target_tv, len(run.header["prompts"]),
                                 length, laws is not None, seed)
@@ -555,11 +556,10 @@ def one_sample_logprobs(run: ProbeRun, *, false_fail_rate: float = DEFAULT_FALSE
     prompt, seqs, cells, laws, usable = logprob_cells(run)
     def law_of(i, k):
         return laws[i, k]
-    pit = _pit(plan_contexts(prompt, seqs), cells, law_of, seed)
     note = "logprobs must be those of the sampled distribution (after temperature/top-k/top-p)"
     refused = _refused_note(missing, "samples without logprobs (whether a sample lacks them may depend on its "
                             "tokens: testing the rest would bias the law)")
-    return _one_sample("logprobs", run, "tokens", prompt, seqs, cells, law_of, pit, false_fail_rate, target_tv,
+    return _one_sample("logprobs", run, "tokens", prompt, seqs, cells, law_of, false_fail_rate, target_tv,
                        refused + [note], laws=laws, seed=seed, usable=usable)
 
 
@@ -592,14 +592,12 @@ def one_sample_reference(run: ProbeRun, law: Callable[[ProbeRun], tuple], *,
     cells = np.where(tokens >= 0, tokens, 0)
     def law_of(i, k):
         return table[index[i, k]]
-    plan = plan_contexts(prompt, tokens)
-    pit = _pit(plan, cells, law_of, seed)
-    top_cells, top_laws = _heaviest(plan, cells, law_of)
+    top_cells, top_laws = _heaviest(plan_contexts(prompt, tokens), cells, law_of)
     tokenize = getattr(law, "tokenize", None)  # a reference model counts in its own tokens
     kind = "ids" if unit_kind(run) == "ids" else "model tokens" if tokenize else "words"
     notes = _refused_note(mismatched, "samples whose text re-tokenises to more than L tokens (the server's tokens "
                           "are not known: testing the rest would bias the law)")
-    return _one_sample("reference", run, kind, prompt, tokens, cells, law_of, pit, false_fail_rate, target_tv,
+    return _one_sample("reference", run, kind, prompt, tokens, cells, law_of, false_fail_rate, target_tv,
                        notes, tokenize, seed=seed, chi_square=(top_cells, top_laws))
 
 

@@ -121,6 +121,16 @@ def _warpers(ref: ReferenceModel):
     return warpers
 
 
+def _merged(ids: list[int], text_ids: list[int], length: int) -> list[int] | None:
+    """The L token ids of a sample whose server listed fewer (llama.cpp joins the byte tokens of one
+    character into one entry, keeping the last byte's id): the text's own tokens when they are L
+    and hold the listed ids in order, else None (unknown: the sample's prompt is refused)."""
+    if len(text_ids) != length:
+        return None
+    it = iter(text_ids)
+    return list(text_ids) if all(any(t == i for t in it) for i in ids) else None
+
+
 def first_token_laws(ref: ReferenceModel, prompts: list[str], chat: bool) -> list[np.ndarray]:
     """The law of the first sampled token at each prompt: what a sized probe is planned on."""
     tokenizer, model = _load(ref.path)
@@ -154,7 +164,9 @@ def teacher_forced_law(ref: ReferenceModel, run: ProbeRun) -> tuple:
     prompts, completions, mismatched = [], [], np.zeros(len(run.header["prompts"]), np.int64)
     for r in run.records:
         ids = r.get("token_ids") or tokenizer(r["text"], add_special_tokens=False)["input_ids"]
-        if 0 < len(ids) <= length:
+        if r.get("token_ids") and len(ids) < length and r.get("finish") == "length":
+            ids = _merged(ids, tokenizer(r["text"], add_special_tokens=False)["input_ids"], length)
+        if ids and 0 < len(ids) <= length:
             prompts.append(r["p"])
             completions.append(list(ids) + [-1] * (length - len(ids)))
         else:
