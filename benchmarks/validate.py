@@ -27,7 +27,7 @@ from specgauge.simulator.cost import PassCost, RoundCost
 SPECDECODE, VLLM_BLOG, VLLM_V1, EAGLE3, MAGICDEC = "[1]", "[2]", "[3]", "[4]", "[5]"
 SGLANG_MTP, TRT_NGRAM, TRT_MTP, TRT_R1 = "[6]", "[7]", "[8]", "[9]"
 AMD_MTP, AMD_EAGLE3, SGLANG_CAP, VLLM_DRAFT_TP = "[10]", "[11]", "[12]", "[13]"
-VLLM_K, GPUSTACK = "[14]", "[15]"
+VLLM_K, GPUSTACK, ORACLE = "[14]", "[15]", "[16]"
 SOURCES = {
     SPECDECODE: "SpecDecode-Bench, \"Speculative Decoding: Performance or Illusion?\", arXiv 2601.11580, and its "
                 "simulator's predictor.py (github.com/SpecDecode-Bench/simulator): vLLM v0.10.1 on H100",
@@ -98,6 +98,11 @@ SOURCES = {
               "latter with --enable-torch-compile and MTP (--speculative-num-steps 1 --speculative-eagle-topk 1 "
               "--speculative-num-draft-tokens 2): 1,060.10 output tok/s, mean TPOT 42.24 ms (torch.compile alone: "
               "3,253.37)",
+    ORACLE: "Oracle Cloud Infrastructure blog, \"Serving Llama 3.1 405B model with AMD Instinct MI300X Accelerators\" "
+            "(10 Oct 2024, blogs.oracle.com/cloud-infrastructure/post/serving-llama-31-405b-model-with-amd-mi300x-gpus): "
+            "Llama 3.1 405B FP8 on one BM.GPU.MI300X.8 (8x MI300X, all eight serving one instance), vLLM "
+            "benchmark_latency.py, 128 input and 128 output tokens; average latency (s) at batch 1, 2, 4, 8, 16, 32, 64, "
+            "128, 256: 3.530, 3.583, 3.734, 3.974, 4.375, 5.130, 6.919, 10.340, 17.750",
 }
 
 
@@ -238,6 +243,22 @@ def dp_attention_rows(add, profiles: str | None = None) -> None:
         round(1060.10 / 3414.99, 4), speedup(dp, alpha), alpha_label(alpha, "from [6]'s accept length 1.9"),
         "a slow-down: SGLang caps a speculative run at 48 running requests ([12]); the source's MTP run also used "
         "torch.compile, which alone gave 0.95x of its baseline", curve_end=True)
+
+
+#: [16]: Llama 3.1 405B FP8 on 8x MI300X (vLLM benchmark_latency, 128 + 128 tokens): batch -> latency (s).
+ORACLE_405B = {1: 3.530, 2: 3.583, 4: 3.734, 8: 3.974, 16: 4.375, 32: 5.130, 64: 6.919, 128: 10.340, 256: 17.750}
+
+
+def mi300x_405b_rows(add, profiles: str | None = None) -> None:
+    """A dense 405B without speculation on a GPU the other rows time no dense pass on ([16]): the
+    datasheet prior alone (MI300X's datasheet, the H100's achieved fractions), nothing calibrated."""
+    config = SimulationConfig(gpu="mi300x", target="llama-3.1-405b", draft=None, gamma=0, tp=8, prompt_len=128,
+                              output_len=128, profiles=profiles)
+    for batch, seconds in ORACLE_405B.items():
+        simulated = simulate(replace(config, batch_size=batch, requests=batch))["duration_s"]
+        add(f"batch latency (s), Llama-3.1-405B FP8, 8x MI300X TP8, vLLM, batch {batch}", ORACLE, seconds, simulated,
+            "none: datasheet prior", "128 + 128 tokens as published; the whole batch's generate call; KV in BF16 "
+            "assumed" if batch == 1 else "", curve_end=batch == 256)
 
 
 R1_LENGTHS = {1: 1.92, 2: 2.58, 3: 2.82, 4: 2.99, 5: 3.01}   # [9]: accepted length per MTP step count
@@ -515,6 +536,8 @@ def rows(specdecode_data: str | None = None, profiles: str | None = None, only: 
         moe_rows(add, profiles)
     if need(GPUSTACK):
         dp_attention_rows(add, profiles)
+    if need(ORACLE):
+        mi300x_405b_rows(add, profiles)
     if only is None and profiles is None:
         MOE_SUMMARY[:] = moe_curve_rows(add)
     elif only in (AMD_MTP, AMD_EAGLE3):
