@@ -172,7 +172,7 @@ def test_bad_configs_are_refused_at_construction(kwargs, message):
 
 @pytest.mark.parametrize("kwargs,message", [
     (dict(gpu="h900"), "known: a100-80gb"),
-    (dict(target="gpt-5"), "known: deepseek-v3, kimi-k2.5, llama-3.1-70b"),
+    (dict(target="gpt-5"), "known: deepseek-v3, kimi-k2.5, llama-3.1-405b, llama-3.1-70b"),
     (dict(draft="llama-3.2-1b"), "vocabulary"),
     (dict(gpu="a100-80gb", target="llama-3.1-70b", draft="llama-3.2-1b"), "weights do not fit"),
     (dict(draft=None), "needs a draft"),
