@@ -198,7 +198,7 @@ def teacher_forced_law(ref: ReferenceModel, run: ProbeRun) -> tuple:
                         rows_of[key] = len(table)
                         table.append(laws[j].astype(np.float32))
                     index[rows[inverse == start + j], k] = rows_of[key]
-        bar.update(rows.size)
+            bar.update(int(np.sum((inverse >= start) & (inverse < start + BATCH))))  # the samples this batch covers
     bar.close()
     law = np.stack(table) if table else np.zeros((0, 0), np.float32)
     return prompt, tokens, index, law, mismatched

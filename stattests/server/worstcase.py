@@ -102,9 +102,9 @@ def lump(law: np.ndarray, counts: np.ndarray, rest_cell: int | None) -> tuple[np
     tail = np.cumsum(law[order][::-1])[::-1]  # tail[j]: mass of order[j:]
     cut = int(np.searchsorted(-tail, -REST_MASS, side="left"))  # first j with tail[j] <= REST_MASS
     keep, drop = order[:cut], order[cut:]
-    rest = float(law[drop].sum())
-    if drop.size == 0 or rest <= 0:
+    if drop.size == 0:
         return law[keep], counts[keep], 0.0
+    rest = float(law[drop].sum())  # kept even at mass 0: a draw on an impossible token must fail
     return np.r_[law[keep], rest], np.r_[counts[keep], counts[drop].sum()], rest
 
 
