@@ -49,7 +49,7 @@ import numpy as np
 from scipy import optimize, special, stats
 
 from specgauge.errors import InvalidDistributionError
-from specgauge.stattests.core.tail_bounds import ZTailBound, z_tail_bound
+from specgauge.stattests.core.tail_bounds import ZTailBound, _window, z_tail_bound
 from specgauge.stattests.core.statistics import (DEFAULT_FALSE_FAIL, DEFAULT_FALSE_PASS, TestResult,
                                                  _occurrence_min_tv, _validate_rates, pearson3_isf, validate_probs)
 
@@ -198,16 +198,10 @@ def replicates_for(n: int, size: int, replicates: int = NULL_REPLICATES) -> int:
 
 
 def _binomial_region(n: int, p: float, rate: float) -> tuple[int, int]:
-    """(a, b): reject N ≤ a or N ≥ b, each side at most ``rate`` / 2 under Binomial(n, p)."""
-    b = int(stats.binom.isf(rate / 2, n, p)) + 1
-    while b > 0 and special.bdtrc(b - 2, n, p) <= rate / 2:
-        b -= 1
-    while special.bdtrc(b - 1, n, p) > rate / 2:
-        b += 1
-    a = int(stats.binom.ppf(rate / 2, n, p))
-    while a >= 0 and special.bdtr(a, n, p) > rate / 2:
-        a -= 1
-    return a, b
+    """(a, b): reject N ≤ a or N ≥ b, each side at most ``rate`` / 2 under Binomial(n, p)
+    (the exact tails, bisected: quick at any rate)."""
+    low, top = _window(n, np.array([p], dtype=np.float64), rate / 2)
+    return int(low[0]) - 1, int(top[0])
 
 
 def binomial_pvalue(k: float, n: int, p: float) -> float:
