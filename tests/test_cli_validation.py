@@ -83,7 +83,7 @@ def test_certify_says_when_sample_sizes_are_capped_and_what_they_resolve(capsys,
 
     monkeypatch.setattr(certify_command, "certification", stop)
     assert main(["certify", "--tv", "1e-6", "--fixture", "seed-six-token", "--csv", str(tmp_path / "c.csv")]) == 1
-    err = capsys.readouterr().err
+    err = capsys.readouterr().err.replace("\n  ", " ")  # the lines as printed before folding
     assert "samples sized for the directional checks to detect TV 1e-06" in err
     capped = [line for line in err.splitlines() if line.startswith("sample sizes capped")]
     assert capped and "2,000,000 rows" in capped[0] and "not TV 1e-06" in capped[0], err

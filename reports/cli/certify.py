@@ -226,6 +226,5 @@ def capped_note(config: CertConfig, fixtures: list[str] | None, checks: list[str
             else f"{reached[finest]:.2g} ({finest}) to {reached[coarsest]:.2g} ({coarsest})")
     return (f"sample sizes capped on {len(reached)} fixture(s) (at most {config.max_rows:,} rows, "
             f"{config.max_bytes / 2**30:g} GiB of decoder input, {MAX_SEQUENCES:,} sequences): there the "
-            f"certificate resolves about {span}, not TV {config.tv:g}; the certificate's min_detectable_tv "
-            f"column gives each assertion's")
+            f"certificate resolves about {span}, not TV {config.tv:g} (each assertion's: min_detectable_tv)")
 

@@ -191,11 +191,10 @@ class Certificate:
         basis = self.frame.get("false_fail_basis", pd.Series("estimated", index=self.frame.index)).astype(str)
         sure = basis.isin(("exact", "proven"))
         line = (f"  false-fail rate {rate.max():.2g} per assertion; family-wise at most "
-                f"{min(1.0, rate[sure].sum()):.2g} over the {int(sure.sum())} assertions whose rate is exact or "
-                f"proven (Bonferroni)")
+                f"{min(1.0, rate[sure].sum()):.2g}, proven, over {int(sure.sum())} (exact or proven)")
         if (~sure).any():
-            line += (f", plus {min(1.0, rate[~sure].sum()):.2g} estimated over the {int((~sure).sum())} whose "
-                     f"rate rests on an asymptotic law (chi-square, normal; column false_fail_basis)")
+            line += (f", plus {min(1.0, rate[~sure].sum()):.2g} estimated over {int((~sure).sum())} "
+                     f"(asymptotic laws; column false_fail_basis)")
         return line
 
     def summary(self, csv_path: str | None = None) -> str:
@@ -216,18 +215,18 @@ class Certificate:
         scope = ("every alternative with independent rows, independence tested at every position"
                  + (f" (assumed, not tested, on {', '.join(assumed)})" if assumed else ""))
         for rows, label, meaning in (
-                (guarantee, "guaranteed TV", f"worst case over {scope}; the rows whose 'detectable' says GUARANTEE, "
-                                             "worst position per fixture"),
+                (guarantee, "guaranteed TV", f"worst case over {scope}; worst position, GUARANTEE rows"),
                 (f["check"] == "exactness", "directional detectable discrepancy",
-                 "of the other exactness checks, median over positions; 'detectable' says what each bounds")):
+                 "the other exactness checks, median over positions")):
             dist = f[rows & (f["verdict"] != "untested")]
             by_fixture = dist.groupby("fixture")["min_detectable_tv"]
             reached = (by_fixture.max() if rows is guarantee else by_fixture.median()).astype(float)
             finite = reached[np.isfinite(reached) & (reached < 1)] if rows is guarantee else reached[np.isfinite(reached)]
             if not finite.empty:
                 blind = sorted(set(reached.index) - set(finite.index))
-                lines.append(f"  {label}: {finite.min():.3g} ({finite.idxmin()}) to {finite.max():.3g} "
-                             f"({finite.idxmax()}), power 0.999")
+                span = (f"{finite.min():.3g} ({finite.idxmin()})" if len(finite) == 1 else
+                        f"{finite.min():.3g} ({finite.idxmin()}) to {finite.max():.3g} ({finite.idxmax()})")
+                lines.append(f"  {label}: {span}, power 0.999")
                 lines.append(f"    ({meaning}"
                              + (f"; no guarantee at this sample size on {', '.join(blind)}" if blind else "") + ")")
         if rate.notna().any():
