@@ -66,6 +66,8 @@ class Example:
 
 
 FAKE = f"{shlex.quote(sys.executable)} -m specgauge.fixtures.fake_openai"
+#: the simulator against published measurements: prints docs/validation.md's tables
+VALIDATE = f"{shlex.quote(sys.executable)} {shlex.quote(str(ROOT / 'benchmarks' / 'validate.py'))}"
 
 EXAMPLES: tuple[Example, ...] = (
     Example("simulate-one", "docs/planner.md", (
@@ -123,6 +125,8 @@ EXAMPLES: tuple[Example, ...] = (
         # otherwise, one token differs and the measured column moves (2.519 here, 2.538 on
         # another machine); the law, the ranking and the plan do not
         varies=(r"measured \d+\.\d+ \[\d+\.\d+, \d+\.\d+\] over \d+ rounds: intervals \w+",)),
+    Example("validation-table", "docs/validation.md", (f"{VALIDATE}",), table=True, slow=True),
+    Example("validation-knee-study", "docs/validation.md", (f"{VALIDATE} --knee-study knee",), table=True, slow=True),
     Example("gate-watch-fail", "docs/gate.md", (
         "pytest --pyargs specgauge.stattests --specgauge-decoder specgauge.stattests.chain.zoo:accept-all "
         "-k seed-six-token -q --tb=no -rN",), exit_codes=(1,), slow=True),
@@ -164,9 +168,11 @@ def block(text: str, name: str, table: bool = False) -> tuple[int, int]:
         marker = TABLE_MARKER.format(name)
         if marker not in lines:
             raise SystemExit(f"no marker {marker!r}")
-        at = lines.index(marker)
-        end = next((i for i in range(at + 1, len(lines)) if not lines[i].startswith("|")), len(lines))
-        return at + 1, end
+        start = lines.index(marker) + 1
+        while start < len(lines) and not lines[start].strip():  # a blank line keeps the marker out of the table
+            start += 1
+        end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+        return start, end
     marker = MARKER.format(name)
     try:
         at = lines.index(marker)

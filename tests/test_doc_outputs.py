@@ -48,7 +48,7 @@ def test_every_output_block_in_the_manual_is_regenerated():
             table = re.fullmatch(r"<!-- table: (\S+) -->", line)
             if table and table.group(1) in names:
                 seen.add(table.group(1))
-                assert lines[i + 1].startswith("|"), f"{page.name}:{i + 1}: a table marker without its table"
+                assert lines[i + 2].startswith("|"), f"{page.name}:{i + 1}: a table marker, a blank line, the table"
             if line.startswith("```"):
                 inside = not inside
                 if inside and i + 1 < len(lines) and lines[i + 1].startswith("$ "):
@@ -98,14 +98,14 @@ def test_what_varies_across_cpus_is_masked_and_nothing_else():
 
 def test_a_table_is_read_from_the_page_and_from_the_output(tmp_path, monkeypatch):
     page = tmp_path / "page.md"
-    page.write_text("text\n<!-- table: t -->\n| a | b |\n|---|---|\n| x | 1.5 |\n\nafter\n")
+    page.write_text("text\n<!-- table: t -->\n\n| a | b |\n|---|---|\n| x | 1.5 |\n\nafter\n")
     monkeypatch.setattr(docs, "ROOT", tmp_path)
     example = docs.Example("t", "page.md", ("python make_table.py",), table=True)
     printed = "header line\n| a | b |\n|---|---|\n| x | 1.5 |\n\nsummary 3"
     assert docs.stale(example, docs.first_table(printed)) == []
     assert docs.stale(example, docs.first_table(printed.replace("1.5", "1.6")))  # a moved figure is stale
     docs.rewrite(example, docs.first_table(printed.replace("1.5", "1.6")))
-    assert page.read_text() == "text\n<!-- table: t -->\n| a | b |\n|---|---|\n| x | 1.6 |\n\nafter\n"
+    assert page.read_text() == "text\n<!-- table: t -->\n\n| a | b |\n|---|---|\n| x | 1.6 |\n\nafter\n"
 
 
 def test_progress_bars_are_left_out():
