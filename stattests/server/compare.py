@@ -147,7 +147,7 @@ _SHORT = {"conditional": "a binned TV (RMS over contexts; not a worst case)",
 
 def _certificate(mode: str, decoder: str, rows: list[ServerRow], target_tv: float, unit: str,
                  notes: list[str], length: int = 0) -> ServerCertificate:
-    laws = [row for row in rows if row.kind in _MEASURED + ("joint", "joint-topk")]
+    laws = [row for row in rows if row.kind in _MEASURED]
     if not any(row.result.n > 0 and row.result.df != 0 for row in laws):
         raise InputFileError(f"no context could be tested ({mode}): too few samples reach any context with a known "
                              "law; a certificate of zero samples would be vacuous, so none is written")
