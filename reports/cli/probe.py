@@ -155,16 +155,12 @@ def _sized(args, cfg: ProbeConfig, prompts: list[str], client: ClientConfig, pro
                   client_config=client, progress=progress)
     run = read_probe(args.out)
     if args.reference is not None:
-        from specgauge.stattests.server.reference import ReferenceModel, first_token_laws, model_tokenizer
+        from specgauge.stattests.server.reference import ReferenceModel, first_token_laws, first_token_of
 
         ref = ReferenceModel(args.reference, temperature=cfg.temperature or 1.0, top_k=cfg.top_k, top_p=cfg.top_p,
                              min_p=cfg.min_p)
         laws = first_token_laws(ref, prompts, cfg.endpoint == "chat")
-        tokenize = model_tokenizer(args.reference)
-
-        def first_token(record):
-            ids = record.get("token_ids") or tokenize(record["text"])
-            return ids[0] if ids else None
+        first_token = first_token_of(args.reference, cfg.max_tokens)
     else:
         laws, names = _pilot_laws(run, len(prompts))
 

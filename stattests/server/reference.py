@@ -131,6 +131,27 @@ def _merged(ids: list[int], text_ids: list[int], length: int) -> list[int] | Non
     return list(text_ids) if all(any(t == i for t in it) for i in ids) else None
 
 
+def first_token_of(path: str, length: int) -> Callable[[dict], int | None]:
+    """``record -> its first token id`` for the early test: the listed id where its entry is whole
+    (its text is that id's text), else the text's own ids where they hold the listed ones in order
+    (llama.cpp lists a merged character under its last byte's id), else None (not bet on)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+
+    def first(record: dict) -> int | None:
+        ids = record.get("token_ids") or []
+        tokens = record.get("tokens") or []
+        if ids and tokens and tokens[0] == tokenizer.decode([ids[0]]):
+            return int(ids[0])
+        text = tokenizer(record["text"], add_special_tokens=False)["input_ids"]
+        if not ids:
+            return int(text[0]) if text else None
+        fixed = _merged(ids, text, length)
+        return int(fixed[0]) if fixed else None
+    return first
+
+
 def first_token_laws(ref: ReferenceModel, prompts: list[str], chat: bool) -> list[np.ndarray]:
     """The law of the first sampled token at each prompt: what a sized probe is planned on."""
     tokenizer, model = _load(ref.path)
