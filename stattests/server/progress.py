@@ -85,5 +85,5 @@ class Progress:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
-        elif self.mode == "lines" and self.total:
+        elif self.mode == "lines" and self.total and self._last > self.started:  # a short run stays quiet
             self.say(self.line())
