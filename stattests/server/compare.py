@@ -438,7 +438,8 @@ def _one_sample(mode: str, run: ProbeRun, kind: str, prompt: np.ndarray, seqs: n
     and the within-request independence; the false-fail rate is shared evenly over the tests."""
     multi = bool(run.header.get("capabilities", {}).get("n"))
     length = seqs.shape[1]
-    plan, refused = refuse_contexts(plan_contexts(prompt, seqs), usable if usable is not None else seqs > -2)
+    plan, refused = refuse_contexts(plan_contexts(prompt, seqs), usable if usable is not None else seqs > -2,
+                                    below=mode == "reference")
     if refused:
         notes = notes + [f"{refused} contexts untested: no draw there came back with the context's law (no top "
                          f"logprobs at that position, as llama.cpp gives none for accepted drafts), or the list names "
@@ -590,6 +591,7 @@ def one_sample_reference(run: ProbeRun, law: Callable[[ProbeRun], tuple], *,
                              f"{tokens.shape[1]} tokens: nothing can be tested without bias")
     prompt, tokens, index = prompt[keep], tokens[keep], index[keep]
     cells = np.where(tokens >= 0, tokens, 0)
+    usable = tokens != -2  # -2: generated, but the server did not list it (a withheld partial character)
     def law_of(i, k):
         return table[index[i, k]]
     top_cells, top_laws = _heaviest(plan_contexts(prompt, tokens), cells, law_of)
@@ -598,7 +600,7 @@ def one_sample_reference(run: ProbeRun, law: Callable[[ProbeRun], tuple], *,
     notes = _refused_note(mismatched, "samples whose text re-tokenises to more than L tokens (the server's tokens "
                           "are not known: testing the rest would bias the law)")
     return _one_sample("reference", run, kind, prompt, tokens, cells, law_of, false_fail_rate, target_tv,
-                       notes, tokenize, seed=seed, chi_square=(top_cells, top_laws))
+                       notes, tokenize, seed=seed, chi_square=(top_cells, top_laws), usable=usable)
 
 
 #: The reference law's heaviest tokens per context kept for the directional chi-square (the rest: one cell).

@@ -186,8 +186,11 @@ def teacher_forced_law(ref: ReferenceModel, run: ProbeRun) -> tuple:
     for r in run.records:
         ids = r.get("token_ids") or tokenizer(r["text"], add_special_tokens=False)["input_ids"]
         if r.get("token_ids") and len(ids) < length and r.get("finish") == "length":
-            ids = _merged(ids, tokenizer(r["text"], add_special_tokens=False)["input_ids"], length)
-        if ids and 0 < len(ids) <= length:
+            listed = ids
+            ids = _merged(listed, tokenizer(r["text"], add_special_tokens=False)["input_ids"], length)
+            if ids is None and [tokenizer.decode([i]) for i in listed] == list(r.get("tokens") or []):
+                ids = list(listed) + [-2]  # every listed entry whole: the next token was generated, not listed
+        if ids and 0 < len(ids) <= length and ids[0] != -2:
             prompts.append(r["p"])
             completions.append(list(ids) + [-1] * (length - len(ids)))
         else:

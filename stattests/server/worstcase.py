@@ -68,7 +68,7 @@ def plan_contexts(prompt: np.ndarray, seqs: np.ndarray) -> ContextPlan:
     prompts, positions, firsts = [], [], []
     offset = 0
     for k in range(length):
-        reached = np.flatnonzero(seqs[:, k] >= 0)
+        reached = np.flatnonzero(seqs[:, k] != -1)  # -2: generated there, token unknown
         if reached.size == 0:
             continue
         keys = np.column_stack([prompt[reached], seqs[reached, :k]])
@@ -82,11 +82,17 @@ def plan_contexts(prompt: np.ndarray, seqs: np.ndarray) -> ContextPlan:
     return ContextPlan(cat(prompts), cat(positions), label, cat(firsts))
 
 
-def refuse_contexts(plan: ContextPlan, usable: np.ndarray) -> tuple[ContextPlan, int]:
-    """The plan with every context that has a draw without its law (``usable[N, L]`` False there)
-    left untested (label −1), and how many: missingness may depend on the token drawn (an
-    engine that reports no logprobs for accepted drafts), so testing the rest would bias it."""
+def refuse_contexts(plan: ContextPlan, usable: np.ndarray, below: bool = False) -> tuple[ContextPlan, int]:
+    """The plan with every context that has a draw without its law or token (``usable[N, L]``
+    False there) left untested (label −1), and how many: missingness may depend on the token
+    drawn (an engine that reports no logprobs for accepted drafts, a withheld partial
+    character), so testing the rest would bias it. ``below``: the contexts under a refused one
+    too (a draw whose token is unknown could have belonged to any of them)."""
     bad = np.unique(plan.label[(~usable) & (plan.label >= 0)])
+    if below and bad.size:
+        for k in range(1, plan.label.shape[1]):
+            under = np.isin(plan.label[:, :k], bad).any(axis=1) & (plan.label[:, k] >= 0)
+            bad = np.union1d(bad, plan.label[under, k])
     if bad.size == 0:
         return plan, 0
     label = np.where(np.isin(plan.label, bad), -1, plan.label)
