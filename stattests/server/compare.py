@@ -487,8 +487,6 @@ def logprob_cells(run: ProbeRun) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
     past a sample's end have seqs −1.
     """
     records = [r for r in run.records if "tokens" in r]
-    if not any("top" in r for r in records):
-        raise InputFileError("the run has no top logprobs: probe with --top-logprobs K on a server that returns them")
     length = _length(run)
     k = max((len(row) for r in records for row in r.get("top", [])), default=0)
     if k == 0:
@@ -550,6 +548,8 @@ def one_sample_logprobs(run: ProbeRun, *, false_fail_rate: float = DEFAULT_FALSE
                         seed: int = 0) -> ServerCertificate:
     """Each context's draws against the server's own top-k law (no baseline run)."""
     _require_samples(run, "the run")
+    if not any("top" in r for r in run.records):  # a server that ignores the request: say so, not "no samples"
+        raise InputFileError("the run has no top logprobs: probe with --top-logprobs K on a server that returns them")
     missing = np.bincount([r["p"] for r in run.records if "tokens" not in r], minlength=len(run.header["prompts"]))
     if missing.any():  # a sample without its tokens cannot be placed in any context: its prompt is refused
         run = _without_prompts(run, missing > 0)
