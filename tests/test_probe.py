@@ -105,6 +105,16 @@ def test_cli_unreachable_url_prints_one_line(tmp_path, capsys):
     assert err.startswith("specgauge probe: error: cannot reach http://127.0.0.1:")
 
 
+@pytest.mark.parametrize("out", ["missing/run.jsonl", "/dev/full", "."])
+def test_cli_unwritable_out_is_a_usage_error_before_the_server_is_asked(tmp_path, capsys, out):
+    """No server listens at the URL: the refusal must come from --out, checked first."""
+    url = f"http://127.0.0.1:{free_port()}"
+    status = cli.main(["probe", url, "--out", str(tmp_path / out) if out != "/dev/full" else out, "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert status == 2 and len(err.splitlines()) == 1
+    assert err.startswith("specgauge probe: error: cannot write "), err
+
+
 @pytest.mark.parametrize("chat", [False, True], ids=["completions", "chat"])
 def test_logprob_mode_passes_an_exact_server(tmp_path, chat):
     _probe(tmp_path / "run.jsonl", FakeOpenAI(seed=3), samples=1000, top_logprobs=4, chat=chat)

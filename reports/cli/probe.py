@@ -9,6 +9,7 @@ import os
 import sys
 from urllib.parse import urlsplit
 
+from specgauge.csvio import check_writable
 from specgauge.errors import UsageError
 from specgauge.stattests.server.probe import ClientConfig, ProbeConfig, load_prompts, probe
 from specgauge.stattests.server.progress import auto_mode
@@ -113,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    check_writable(Path(args.out))  # before the server is contacted: a missing folder or a device is a usage error
     extra = json_object(args.extra_body, "--extra-body")
     cfg = ProbeConfig(args.url, model=args.model, endpoint="chat" if args.chat else "completions",
                       temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
