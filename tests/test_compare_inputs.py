@@ -173,7 +173,7 @@ def test_probe_timeout_zero_says_why(tmp_path, capsys):
 
 def test_probe_into_a_missing_folder_is_one_line(tmp_path, capsys):
     err = _one_line_error(capsys, ["probe", "http://127.0.0.1:9", "--out", "/nonexistent/x.jsonl", "--retries", "0"])
-    assert "the folder '/nonexistent' does not exist" in err
+    assert "folder '/nonexistent' does not exist" in err
 
 
 @pytest.mark.parametrize("value", ["nan", "-1", "0", "2"])
