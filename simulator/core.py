@@ -29,7 +29,7 @@ from specgauge.simulator.profiles import GIB, GPU, Model, load_gpu, load_model, 
 from specgauge.simulator.workload import Workload, make_workload
 
 _BASELINE_KEYS = ("output_throughput", "request_throughput", "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms",
-                  "mean_e2el_ms", "p99_tpot_ms")
+                  "mean_e2el_ms", "p99_tpot_ms", "stable")
 
 
 def _check_tp(model: Model, tp: int, flag: str, hint: str = "") -> None:

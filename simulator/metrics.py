@@ -1,6 +1,14 @@
-"""Report columns from a run, named as ``vllm bench serve`` names them (times in ms)."""
+"""Report columns from a run, named as ``vllm bench serve`` names them (times in ms), and whether it was stable.
+
+A run under a request rate counts toward a capacity or an SLO only when its queue is
+stable (``stability``): the engine served the requests as fast as they came, within 2 %,
+and the wait did not keep growing. An overloaded run's TPOT can look fine while its queue
+grows without bound; its latencies describe the length of the run, not the service.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -21,6 +29,53 @@ def _describe(name: str, values_s: np.ndarray) -> dict[str, float]:
         return {f"mean_{name}_ms": float("nan"), f"median_{name}_ms": float("nan"), f"p99_{name}_ms": float("nan")}
     return {f"mean_{name}_ms": float(values.mean()), f"median_{name}_ms": float(np.median(values)),
             f"p99_{name}_ms": float(np.percentile(values, 99))}
+
+
+#: a run is stable when it serves at least this share of the offered rate; the queue's wait may grow by at
+#: most ``1 - STABLE_SERVED_FRACTION`` seconds a second of arrivals (what a 2 % shortfall makes it grow by)
+STABLE_SERVED_FRACTION = 0.98
+
+
+@dataclass(frozen=True)
+class Stability:
+    """Whether a run's queue kept up with its arrivals.
+
+    ``served_fraction``: the rate requests completed over the rate they arrived, both
+    measured between the first and the last decile of the run (so the empty start and the
+    drain after the last arrival are left out); ``queue_growth``: how many seconds the wait
+    before the first token grew per second of arrivals over the second half of the run
+    (least squares); a queue served 2 % too slowly grows by 0.02 s a second. NaN for a
+    saturated run (every request waits at time 0: a closed loop at the batch cap, stable
+    by construction: it serves what it is given).
+    """
+
+    served_fraction: float
+    queue_growth: float
+    stable: bool
+
+    def columns(self) -> dict[str, float | bool]:
+        return {"served_fraction": self.served_fraction, "queue_growth": self.queue_growth, "stable": self.stable}
+
+
+def stability(arrival: np.ndarray, first_token: np.ndarray, finish: np.ndarray) -> Stability:
+    """Served rate against offered rate and the growth of the wait (see ``Stability``)."""
+    arrival = np.asarray(arrival, float)
+    n = len(arrival)
+    if n < 10 or float(arrival[-1] - arrival[0]) <= 0.0:
+        return Stability(float("nan"), float("nan"), True)
+    lo, hi = n // 10, n - 1 - n // 10
+    done = np.sort(np.asarray(finish, float))
+    offered_span = float(arrival[hi] - arrival[lo])
+    served_span = float(done[hi] - done[lo])
+    served = offered_span / served_span if served_span > 0 else float("inf")
+    half = slice(n // 2, n)
+    wait = np.asarray(first_token, float)[half] - arrival[half]
+    times = arrival[half]
+    ok = np.isfinite(wait)
+    growth = float(np.polyfit(times[ok], wait[ok], 1)[0]) if ok.sum() >= 2 and np.ptp(times[ok]) > 0 else 0.0
+    tolerance = 1.0 - STABLE_SERVED_FRACTION
+    stable = bool(served >= STABLE_SERVED_FRACTION and growth <= tolerance and np.isfinite(finish).all())
+    return Stability(served, growth, stable)
 
 
 def summarise(stats: RunStats, workload: Workload, gamma_max: int) -> dict[str, float | int]:
@@ -51,6 +106,7 @@ def summarise(stats: RunStats, workload: Workload, gamma_max: int) -> dict[str, 
     else:
         row.update({"mean_itl_ms": float("nan"), "median_itl_ms": float("nan"), "p99_itl_ms": float("nan")})
     row.update(_describe("e2el", e2el))
+    row.update(stability(workload.arrival, stats.first_token, stats.finish).columns())
     if stats.drafts:
         row["spec_decode_acceptance_rate"] = stats.accepted / int(stats.pos_drafted[1:].sum())
         row["spec_decode_acceptance_length"] = 1.0 + stats.accepted / stats.drafts

@@ -57,6 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--acceptance", default=None, metavar="SPEC",
                        help="acceptance instead of --alpha: one α, a per-position list (0.9,0.8,0.7), a profile "
                        "name from fixtures/workloads, or a `vllm bench serve --save-result` JSON")
+    group.add_argument("--rate", type=float, default=None, metavar="REQ_PER_S",
+                       help="size a deployment for this request rate: per configuration, the highest Poisson rate "
+                       "whose run is stable and meets every --slo bound, found by bisection (not a --qps grid), then "
+                       "the replicas × GPUs each needs, cheapest first, with and without speculation (γ 0 is added); "
+                       "batch cap 256 and 1000 requests unless given")
     group.add_argument("--plot", action=argparse.BooleanOptionalAction, default=None,
                        help="write the PNG figures beside the CSV (default: on for the default scenario when "
                        "matplotlib is installed, else off)")
@@ -140,6 +145,8 @@ def _validate(configs: list[Any]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    if args.rate is not None:
+        _rate_defaults(args)
     scenario_given, filled = apply_plan_defaults(args)
     if args.plot is None:
         args.plot = not scenario_given and importlib.util.find_spec("matplotlib") is not None
@@ -163,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
         say("specgauge plan: the default scenario (Qwen3-32B, Qwen3-0.6B drafting, one H200): " + " ".join(filled))
     elif filled:
         say("specgauge plan: options not given keep the default scenario's values: " + " ".join(filled))
+
+    if args.rate is not None:
+        return size_for_rate(args, argv, configs, target, slo, acceptance, filled, options)
 
     from specgauge.simulator import simulate
 
@@ -204,4 +214,58 @@ def main(argv: list[str] | None = None) -> int:
 
         for path in plot_plan(frame, target.path, scenario_title(configs)):
             say(f"wrote {path}")
+    return 0
+
+
+# --------------------------------------------------------------------------- --rate: GPUs for a request rate
+
+#: what ``--rate`` changes in the default scenario: one batch cap (a serving engine's usual
+#: --max-num-seqs) and runs long enough for the queue's stability to show
+RATE_DEFAULTS = {"batch_size": "256", "requests": "1000"}
+
+
+def _rate_defaults(args: argparse.Namespace) -> None:
+    """``--rate`` searches the request rate itself: a --qps grid is refused, γ 0 joins the sweep."""
+    if not (args.rate > 0 and args.rate < float("inf")):
+        raise PlanError(f"--rate must be a request rate > 0 (requests/s), got {args.rate:g}")
+    if args.qps is not None:
+        raise PlanError("--rate searches the request rate itself (bisection per configuration); drop --qps")
+    for dest, value in RATE_DEFAULTS.items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, value)
+    if args.gamma is not None and "0" not in [g.strip() for g in str(args.gamma).split(",")]:
+        args.gamma = "0," + str(args.gamma)  # the comparison without speculation
+
+
+def size_for_rate(args: argparse.Namespace, argv: list[str], configs: list[Any], target: CsvTarget, slo: Any,
+                  acceptance: AcceptanceSpec | None, filled: list[str], options: Any) -> int:
+    """``plan --rate R``: the capacity of every configuration by bisection, then the sizing table."""
+    from specgauge.reports.planning.capacity import (CapacityQuery, add_capacity_intervals, capacity_row,
+                                                     sizing_lines, sizing_table)
+
+    if not slo:
+        say("specgauge plan: no --slo given, so a configuration's capacity is the highest rate its queue keeps up "
+            "with (stable), whatever its latency")
+    queries = [CapacityQuery(c, str(slo)) for c in configs]
+    metadata = {"command": "plan", "arguments": argv, "scenario_defaults": filled, "rate": args.rate,
+                "acceptance_source": acceptance.source if acceptance else "simulator default", "slo": str(slo),
+                "configurations": len(configs)}
+    started = time.perf_counter()
+    frame, resumed = sweep_to_csv(capacity_row, queries, target, signature_payload={"command": "plan --rate"},
+                                  metadata=metadata, options=options, restart=args.restart,
+                                  describe=CapacityQuery.describe)
+    elapsed = time.perf_counter() - started
+    say(f"wrote {target.path}: the capacities of {len(frame)} configurations, by bisection, in {elapsed:.1f} s"
+        + (f" ({resumed} resumed from an interrupted run)" if resumed else ""))
+    frame = add_capacity_intervals(frame, profiles=args.profiles, alpha_measured=acceptance is not None)
+    table = sizing_table(frame, args.rate)
+    sizing_path = target.sibling("sizing")
+    write_csv_atomic(table, sizing_path, {**metadata, "source_csv": target.path.name})
+    say(f"wrote {sizing_path}: {len(table)} configurations, cheapest first")
+    shown = table.drop(columns=[c for c in ("limit", "acceptance") if c in table])
+    say(f"\nGPUs for {args.rate:g} req/s meeting {slo or 'a stable queue'} (capacity: req/s a replica):")
+    say(shown.to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-"))
+    say()
+    for line in sizing_lines(table, args.rate):
+        say(line)
     return 0

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from specgauge.simulator.breakeven import break_even_from_table, crossing  # noqa: F401 (crossing: the plan's too)
+from specgauge.simulator.metrics import STABLE_SERVED_FRACTION
 
 from .slo import SLO
 
@@ -26,9 +27,25 @@ DECISION_COLUMNS = ["decision", "scope", "batch_size", "qps", "gamma", "metric",
 
 
 def _scope_columns(frame: pd.DataFrame, config_columns: Sequence[str]) -> list[str]:
-    """Configuration columns that vary in the sweep other than γ and the load axes."""
-    skip = {"gamma", "policy", "acceptance", "alpha", "seed", "arrival", "tree", "tree_acceptance", *LOAD_COLUMNS}  # arrival follows qps
+    """Configuration columns that vary in the sweep other than γ, the tree (the shape a decision
+    picks) and the load axes: every decision is made per value of each, α, policy and seed
+    included, so no swept option is collapsed into its most favourable value. ``alpha``
+    follows ``acceptance`` and ``arrival`` follows ``qps``, so they are not named twice."""
+    skip = {"gamma", "tree", "arrival", *LOAD_COLUMNS}
+    if "acceptance" in config_columns and "acceptance" in frame:
+        skip.add("alpha")
     return [c for c in config_columns if c in frame and c not in skip and frame[c].nunique(dropna=False) > 1]
+
+
+def _stable(frame: pd.DataFrame, prefix: str = "") -> pd.Series:
+    """Rows whose queue kept up with the arrivals (``simulator.metrics.stability``); a frame
+    without the column (an older CSV) counts every row as stable."""
+    column = f"{prefix}stable"
+    if column not in frame:
+        return pd.Series(True, index=frame.index)
+    values = frame[column]
+    return values.map(lambda v: str(v).strip().lower() in ("true", "1", "1.0")) if values.dtype == object else \
+        values.fillna(False).astype(bool)
 
 
 def _scope_label(key: Any, columns: list[str]) -> str:
@@ -166,15 +183,20 @@ def _paired_baseline(frame: pd.DataFrame, slo: SLO) -> pd.DataFrame:
     for column in needed:
         base[column] = base[f"no_spec_{column}"]
     base["gamma"] = 0
-    base["_met"] = slo.met(base)
+    base["_met"] = slo.met(base) & _stable(base, "no_spec_")
+    if "no_spec_stable" in base:
+        base["stable"] = base["no_spec_stable"]
     return base
 
 
 def slo_capacity(frame: pd.DataFrame, scope_cols: list[str], slo: SLO) -> list[dict[str, Any]]:
-    """Highest achieved request rate among configurations meeting the SLO, with and without speculation."""
+    """Highest achieved request rate among configurations meeting the SLO, with and without speculation.
+
+    Only a stable run meets an SLO: an overloaded one serves fewer requests than arrive,
+    and its latencies grow with the run's length (``simulator.metrics.stability``)."""
     if not slo:
         return []
-    frame = frame.assign(_met=slo.met(frame))
+    frame = frame.assign(_met=slo.met(frame) & _stable(frame))
     if not (frame["gamma"] == 0).any():
         frame = pd.concat([frame, _paired_baseline(frame, slo)], ignore_index=True)
     out = []
@@ -191,8 +213,11 @@ def slo_capacity(frame: pd.DataFrame, scope_cols: list[str], slo: SLO) -> list[d
                                          "SLO; add 0 to --gamma"))
                 continue
             if not len(candidates):
+                unstable = int((~_stable(scoped[mask])).sum())
+                why = (f"; {unstable} of {int(mask.sum())} ran unstable (served below "
+                       f"{STABLE_SERVED_FRACTION:.0%} of the offered rate, or the queue grew)" if unstable else "")
                 out.append(_decision(decision, scope, metric="request_throughput", value=None,
-                                     detail=f"no swept configuration meets the SLO ({slo})"))
+                                     detail=f"no swept configuration meets the SLO ({slo}) with a stable queue{why}"))
                 best[decision] = None
                 continue
             top = candidates.loc[pd.to_numeric(candidates["request_throughput"]).idxmax()]
