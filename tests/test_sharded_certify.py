@@ -112,6 +112,10 @@ def test_the_guarantee_printed_is_the_identity_rows(decoder_dir, tmp_path, capsy
                  "--check", "identity", "--csv", str(csv)]) == 0
     out = capsys.readouterr()
     assert "estimate:" in out.err and "GB of decoder input" in out.err and "CPU-minutes" in out.err
+    # each sized fixture's rows beside the rows below which no test reaches the rates
+    limits = [x for x in out.err.splitlines() if x.startswith("limit: ")]
+    assert [x.split()[1] for x in limits] == ["seed-six-token", "batch1-g5"]
+    assert all("x the lower bound" in x for x in limits)
     frame = pd.read_csv(csv)
     identity = frame[frame["check"] == "identity"]
     worst = identity.groupby("fixture", sort=False)["min_detectable_tv"].max()

@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
 def _sized(args, argv, target, decoder, config: CertConfig, options: SweepOptions) -> int:
     """A sized or sharded run: estimate and refuse first, then the shards (resumed from the
     folder beside the CSV), merged per fixture, then the checks once, as an unsharded run."""
-    from specgauge.stattests.chain.shards import (SHARD_SECONDS, ShardCache, guarantee_reached, plan_shards,
+    from specgauge.stattests.chain.shards import (SHARD_SECONDS, ShardCache, guarantee_lower_bound, guarantee_reached,
+                                                  plan_shards,
                                                   refuse_more_shards_than_calls, refuse_over_budget,
                                                   refuse_unholdable, run_shards, sized_plan)
 
@@ -141,6 +142,9 @@ def _sized(args, argv, target, decoder, config: CertConfig, options: SweepOption
           + f"; {count} on {options.resolved_executor()}"), file=sys.stderr)
     for line in est.lines(options.jobs, asked):
         print(fold(line), file=sys.stderr)
+    for f in (f for f in pairs if f.name in asked):  # what the rows cost beyond what any test needs
+        bound = guarantee_lower_bound(f, asked[f.name], planned.per_assertion, planned.false_pass)
+        print(fold(bound.line(f.name, est.rows[f.name], asked[f.name])), file=sys.stderr)
     arguments = list(sys.argv[1:] if argv is None else argv)
     with sweep_lock(target, "specgauge certify " + " ".join(arguments)):
         if args.restart:

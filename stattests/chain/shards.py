@@ -371,3 +371,37 @@ def sized_plan(config, fixtures: Sequence[str] | None = None, checks: Sequence[s
         if refuse is not None:
             refuse(estimate(pairs[:len(rows)], rows, planned.chunk_bytes))
     return planned, pairs, rows, estimate(pairs, rows, planned.chunk_bytes)
+
+
+@dataclass(frozen=True)
+class RowsLowerBound:
+    """The rows at which a fixture's expected draws reach, at every emitted position, the
+    draws no identity test can do without (:mod:`specgauge.stattests.core.lower_bound`)."""
+
+    rows: int
+    position: int  # the position that sets it
+    draws: int  # the draws any test needs there
+    prior: str
+
+    def line(self, fixture: str, run_rows: int, tv: float) -> str:
+        return (f"limit: {fixture} {run_rows:,} rows, {run_rows / self.rows:.2g}x the lower bound {self.rows:,} "
+                f"(any test needs {self.draws:,} draws at position {self.position} for worst-case TV {tv:g} at "
+                f"these rates: Neyman-Pearson, mass moved {'either way ' if self.prior != 'one move' else ''}between "
+                f"two halves of p)")
+
+
+def guarantee_lower_bound(fixture: PairFixture, tv: float, false_fail: float, false_pass: float) -> RowsLowerBound:
+    """The largest, over emitted positions, of the lower bound on draws there over the chance
+    that the position is emitted: rows below it leave some position short of what any test needs."""
+    from specgauge.stattests.chain.harness import emission_probability
+    from specgauge.stattests.core.lower_bound import min_num_samples_lower_bound
+
+    best = RowsLowerBound(0, 0, 0, "one move")
+    for k, (p, r) in enumerate(zip(fixture.target, emission_probability(fixture))):
+        if float(r) <= 0:
+            continue
+        bound = min_num_samples_lower_bound(tv, p, false_fail_rate=false_fail, false_pass_rate=false_pass)
+        rows = math.ceil(bound.draws / float(r))
+        if rows > best.rows:
+            best = RowsLowerBound(rows, k, bound.draws, bound.prior)
+    return best
