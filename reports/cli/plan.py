@@ -123,9 +123,10 @@ def scenario_title(configs: list[Any]) -> str:
         seen = list(dict.fromkeys(str(get(c)) for c in configs))
         return "/".join(seen) if len(seen) <= 3 else f"{len(seen)} values"
 
-    tp = values(lambda c: c.tp)
+    tp, dp, ep = values(lambda c: c.tp), values(lambda c: c.dp), values(lambda c: c.ep)
+    layout = f" (tp {tp}" + ("" if dp == "1" else f" × dp {dp}") + ("" if ep == "1" else f", ep {ep}") + ")"
     return (f"{values(lambda c: c.target)}, draft {values(lambda c: c.draft)}, on {values(lambda c: c.gpu)}"
-            + ("" if tp == "1" else f" ×{tp}") + f"; acceptance {values(lambda c: c.acceptance.label())}")
+            + layout + f"; acceptance {values(lambda c: c.acceptance.label())}")
 
 
 def _validate(configs: list[Any]) -> list[str]:

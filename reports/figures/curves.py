@@ -73,14 +73,56 @@ SPEEDUP_FIGURES = (
 )
 
 
+#: configuration columns that make separate curves when they vary (never averaged together)
+FACET_COLUMNS = ("gpu", "target", "draft", "tp", "dp", "ep", "acceptance", "policy", "tree", "tree_acceptance",
+                 "draft_tp", "draft_kv_budget", "empty_proposals", "draft_cost_ratio", "spec_batch_size", "batch_size",
+                 "qps", "requests", "prompt_len", "output_len", "length_dist", "arrival_cv", "max_batched_tokens",
+                 "block_size", "gpu_memory_utilization", "seed")
+
+
+def facet_columns(frame: pd.DataFrame, axis: str) -> list[str]:
+    """The swept configuration columns besides γ and the figure's own axis: one panel per combination."""
+    candidates = FACET_COLUMNS if "acceptance" in frame else (*FACET_COLUMNS, "alpha")
+    return [c for c in candidates if c != axis and c in frame and frame[c].nunique(dropna=False) > 1]
+
+
+def _facet_label(columns: list[str], key) -> str:
+    key = key if isinstance(key, tuple) else (key,)
+    return ", ".join(f"{c} {v:g}" if isinstance(v, float) else f"{c} {v}" for c, v in zip(columns, key))
+
+
 def _speedup_figure(plt, spec: pd.DataFrame, axis: str, metric: str, xlabel: str, ylabel: str, suffix: str,
-                    cap: int | None = None):
+                    memory: bool = False):
     """Speed-up against load, one line per γ, the best γ's envelope and where it crosses 1
-    (``simulator.breakeven``: the best γ on each side is in the legend)."""
+    (``simulator.breakeven``: the best γ on each side is in the legend); one panel per value
+    of every other swept option (draft, TP, α, …), so no two configurations share a line."""
+    columns = facet_columns(spec, axis)
+    if not columns:
+        fig, ax = plt.subplots(figsize=(6.4, 4.4))
+        _speedup_axes(ax, spec, axis, metric, xlabel, ylabel, _memory_cap(spec) if memory else None)
+        ax.set_title("Where speculation stops paying" + suffix, fontsize=10)
+        return fig
+    groups = list(spec.groupby(columns, dropna=False, sort=False))
+    ncols = min(3, len(groups))
+    nrows = -(-len(groups) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.9 * nrows), squeeze=False)
+    for ax, (key, group) in zip(axes.ravel(), groups):
+        _speedup_axes(ax, group, axis, metric, xlabel, ylabel, _memory_cap(group) if memory else None)
+        ax.set_title(_facet_label(columns, key), fontsize=9)
+    for ax in axes.ravel()[len(groups):]:
+        ax.set_visible(False)
+    fig.suptitle("Where speculation stops paying" + suffix, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _speedup_axes(ax, spec: pd.DataFrame, axis: str, metric: str, xlabel: str, ylabel: str, cap: int | None) -> None:
     from specgauge.simulator.breakeven import break_even_from_table
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    table = spec.pivot_table(index=axis, columns="gamma", values=metric, aggfunc="mean")
+    duplicated = spec.duplicated([axis, "gamma"])
+    if duplicated.any():  # a caller's bug: two configurations on one line would be averaged silently
+        raise ValueError(f"two rows share {axis} and γ in one panel: {spec[duplicated].iloc[0].to_dict()}")
+    table = spec.pivot_table(index=axis, columns="gamma", values=metric, aggfunc="first")
     for gamma in table.columns:
         ax.plot(table.index, table[gamma].to_numpy(float), "o-", ms=3, label=f"γ = {gamma}")
     ax.axhline(1.0, color="k", lw=1, ls="--", label="break-even")
@@ -95,10 +137,8 @@ def _speedup_figure(plt, spec: pd.DataFrame, axis: str, metric: str, xlabel: str
     ax.set_xscale("log", base=2)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title("Where speculation stops paying" + suffix, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return fig
 
 
 def _rates(frame: pd.DataFrame) -> bool:
@@ -122,7 +162,7 @@ def plot_plan(frame: pd.DataFrame, csv_path: Path, scenario: str = "") -> list[P
     for axis, metric, xlabel, ylabel, name in SPEEDUP_FIGURES:
         if axis in spec and spec[axis].notna().any() and spec[axis].nunique() > 1 and metric in spec:
             fig = _speedup_figure(plt, spec[spec[axis].notna()], axis, metric, xlabel, ylabel, suffix,
-                                  cap=_memory_cap(spec) if axis == "batch_size" else None)
+                                  memory=axis == "batch_size")
             out.append(save_figure(fig, png_beside(csv_path, name)))
             plt.close(fig)
     if {"alpha", "spec_decode_acceptance_length"} <= set(spec.columns) and len(spec):
