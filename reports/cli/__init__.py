@@ -27,6 +27,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "law": ("specgauge.reports.cli.law", "tokens-per-pass and speed-up curves against acceptance"),
     "certify": ("specgauge.reports.cli.certify", "certify a decoder and write the certificate CSV"),
     "calibrate": ("specgauge.reports.cli.calibrate", "fit the step-time model to measurements, write a profile"),
+    "validate": ("specgauge.reports.cli.validate", "the planner against published measurements (and yours), in and out of sample"),
     "probe": ("specgauge.reports.cli.probe", "sample an OpenAI-compatible server into a resumable JSONL"),
     "compare": ("specgauge.reports.cli.compare", "certify a server's samples (on vs off, logprobs, local model)"),
     "acceptance": ("specgauge.reports.cli.acceptance", "measure each draft's acceptance on your prompts by teacher forcing"),

@@ -1,0 +1,162 @@
+"""``specgauge validate``: the planner against published measurements, in and out of sample.
+
+Predicts every row of the shipped validation table (``reports/planning/data/validation.csv``)
+with all the shipped constants (in-sample) and with each row's source left out (the
+constants the table taught refitted without it), prints the share of predicted rows within
+±15 % both ways, the coverage of the planner's 90 % intervals with each source held out
+(with a binomial confidence interval) and the median half-width per group, and a table of
+the rows. ``--add`` puts a team's own runs beside them: ``vllm bench serve --save-result``
+or ``sglang.bench_serving`` results (``FILE.json:gpu=h100,target=llama-3.1-8b,tp=1``), or a
+CSV in the table's schema.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+
+from specgauge.csvio import resolve_csv_target, write_csv_atomic
+
+from .console import say
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specgauge validate",
+        description="Predict the published measurements specgauge ships (and your own), in sample and with each "
+                    "source left out; print the share within ±15 %, the coverage of the planner's intervals and "
+                    "a table of the rows (about a minute on 2 cores).")
+    parser.add_argument("--add", action="append", default=[], metavar="FILE",
+                        help="your own rows: a `vllm bench serve --save-result` or `sglang.bench_serving` JSON as "
+                             "FILE.json:gpu=NAME,target=NAME[,tp=N,dp=N,ep=N,draft=NAME,gamma=K,source=LABEL] (its "
+                             "mean TPOT at its max concurrency is predicted), or a CSV in the shipped table's schema "
+                             "(columns source, setup, measured, published, gpu, target, ...); repeatable")
+    parser.add_argument("--level", type=float, default=0.9, help="nominal coverage of the intervals (default 0.9)")
+    parser.add_argument("--csv", default=None, metavar="PATH",
+                        help="write every held-out row with its interval to this CSV")
+    parser.add_argument("--no-table", action="store_true", help="print the summary only")
+    parser.add_argument("--write-residuals", default=None, metavar="PATH",
+                        help="write the held-out residuals the planner's intervals are computed from (the shipped "
+                             "reports/planning/data/residuals.csv is this file for the shipped table)")
+    return parser
+
+
+def _check_level(level: float) -> float:
+    from specgauge.errors import UsageError
+
+    if not (math.isfinite(level) and 0.5 <= level < 1):
+        raise UsageError(f"--level must be in [0.5, 1), got {level!r}")
+    return level
+
+
+def held_out_intervals(folds: pd.DataFrame, residual_rows: pd.DataFrame, level: float) -> pd.DataFrame:
+    """Each held-out row with the interval computed from the other sources' residuals alone."""
+    from specgauge.reports.planning.intervals import Group, band, load_band
+
+    out = folds.copy()
+    q = []
+    for _, row in out.iterrows():
+        rest = residual_rows[residual_rows["source"] != row["source"]]
+        q.append(band(Group(row["kind"], row["profile"], load_band(row["load"])), level, rest).q)
+    out["q"] = q
+    sim = out["simulated"].astype(float)
+    out["interval_lo"] = sim * np.exp(-out["q"])
+    out["interval_hi"] = sim * np.exp(out["q"])
+    published = out["published"].astype(float)
+    out["covered"] = (published >= out["interval_lo"]) & (published <= out["interval_hi"])
+    return out
+
+
+def coverage_lines(rows: pd.DataFrame, level: float) -> list[str]:
+    """Coverage overall and per group (with the median half-width), on predicted rows."""
+    from specgauge.reports.planning.validation import binomial_interval
+
+    predicted = rows[rows["role"] == "predicted"]
+    hits, n = int(predicted["covered"].sum()), len(predicted)
+    low, high = binomial_interval(hits, n)
+    lines = [f"{level:.0%} intervals, each source held out: {hits} of {n} predicted rows covered ({hits / n:.0%}; "
+             f"95 % CI {low:.0%}-{high:.0%})"]
+    lines.append("  group                               rows  sources  covered  median half-width")
+    for (kind, profile), group in predicted.groupby(["kind", "profile"], sort=True):
+        width = np.expm1(group["q"].replace(np.inf, np.nan)).median()
+        lines.append(f"  {kind + ', ' + profile + ' profile':<36}{len(group):>4}  {group['source'].nunique():>7}  "
+                     f"{group['covered'].mean():>6.0%}  " + ("unbounded" if not np.isfinite(width) else f"±{width:.0%}"))
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    from specgauge.reports.planning import validation as V
+    from specgauge.reports.planning.intervals import add_intervals  # noqa: F401 (the planner's use of the same bands)
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    level = _check_level(args.level)
+    user = [V.rows_from_result(text) for text in args.add]     # every file read and checked before any work
+    target = resolve_csv_target(args.csv, default_name="validation.csv") if args.csv else None
+    table = V.shipped_table()
+    user_rows = pd.concat(user, ignore_index=True) if user else None
+    started = time.perf_counter()
+    say(f"specgauge validate: {len(table)} published rows from {table['source'].nunique()} sources"
+        + (f" and {len(user_rows)} of yours" if user_rows is not None else "") + "; predicting each source with "
+        "itself left out ...")
+    folds, shipped = V.loso(table, user=user_rows)
+    residual_rows = V.residuals(folds[folds["variant"] != "user"])
+    rows = held_out_intervals(folds[folds["variant"] != "user"], residual_rows, level)
+    if args.write_residuals:
+        residual_rows.to_csv(args.write_residuals, index=False)   # package data: no sidecar
+        say(f"wrote {args.write_residuals}")
+    if not args.no_table:
+        main_rows = rows[rows["variant"] == "as published"].set_index("id")
+        view = shipped.set_index("id")
+        display = pd.DataFrame({
+            "setup": view["setup"], "source": view["source"], "published": view["published"].astype(float),
+            "in sample": view["simulated"].astype(float).round(3),
+            "held out": main_rows["simulated"].reindex(view.index).astype(float).round(3),
+            "ratio": main_rows["ratio"].reindex(view.index).astype(float).round(3),
+            f"{level:.0%} interval": [
+                f"{lo:.3g}-{hi:.3g}" if np.isfinite(hi) else "unbounded" if np.isfinite(lo) else "—"
+                for lo, hi in zip(main_rows["interval_lo"].reindex(view.index), main_rows["interval_hi"].reindex(view.index))],
+            "role": view["role"]}).reset_index(drop=True)
+        say(V.markdown(display))
+        say()
+    in_hit, in_n = V.share(shipped)
+    out_hit, out_n = V.share(folds[folds["variant"] == "as published"])
+    prior_hit, prior_n = V.share(folds[folds["variant"].isin(["as published", "prior"])
+                                       & ~((folds["variant"] == "as published") & (folds["fit_group"] != ""))])
+    say(f"in sample: {in_hit} of {in_n} predicted rows within ±15 % ({in_hit / in_n:.0%})")
+    say(f"leave one source out: {out_hit} of {out_n} predicted rows within ±15 % ({out_hit / out_n:.0%}); on the "
+        f"datasheet prior alone (no curve fitted on its own no-speculation points): {prior_hit} of {prior_n} "
+        f"({prior_hit / prior_n:.0%})")
+    for line in coverage_lines(rows, level):
+        say(line)
+    if user_rows is not None:
+        from specgauge.reports.planning.intervals import Group, band, load_band
+
+        mine = folds[folds["variant"] == "user"].copy()
+        q = [band(Group(r["kind"], r["profile"], load_band(r["load"])), level, residual_rows).q for _, r in mine.iterrows()]
+        sim = mine["simulated"].astype(float)
+        published = mine["published"].astype(float)
+        inside = (published >= sim * np.exp(-np.array(q))) & (published <= sim * np.exp(np.array(q)))
+        say()
+        say(f"your rows: {int(((mine['ratio'] - 1).abs() <= V.WITHIN).sum())} of {len(mine)} within ±15 %, "
+            f"{int(inside.sum())} of {len(mine)} inside their {level:.0%} interval")
+        for (_, r), qq, ok in zip(mine.iterrows(), q, inside):
+            say(f"  {r['setup']}: published {float(r['published']):.4g}, simulated {float(r['simulated']):.4g} "
+                f"(ratio {float(r['ratio']):.3g}); interval {float(r['simulated']) * math.exp(-qq):.4g}-"
+                f"{float(r['simulated']) * math.exp(qq):.4g} {'covers it' if ok else 'misses it'}")
+    if target is not None:
+        columns = ["id", "source", "variant", "setup", "measured", "published", "simulated", "ratio", "role", "kind",
+                   "profile", "load", "alpha_used", "calibration", "interval_lo", "interval_hi", "covered"]
+        write_csv_atomic(rows[columns], target.path, {"command": "validate", "arguments": argv, "level": level})
+        say(f"wrote {target.path}")
+    say(f"({time.perf_counter() - started:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,602 @@
+"""The planner against published measurements: rows from a data file, predicted in and out of sample.
+
+The shipped table (``data/validation.csv``, its sources in ``data/sources.csv``) holds one
+row per published figure: its source and where in it (``locator``), what was measured
+(``measured``), the deployment (the simulator's own option names), the row's ``role`` and
+where its acceptance comes from (``alpha``):
+
+- ``measured``: ``speedup`` (output throughput's, saturated; mean TPOT's under ``qps``),
+  ``decode_speedup`` (the decode phase of an already prefilled batch), ``tpot_ms``,
+  ``output_throughput``, ``duration_s`` (a whole batch's run), ``throughput_ratio`` (output
+  throughput against the deployment ``versus`` changes, ``tp=8;dp=1``), ``pass_ms`` (one
+  pass on the shipped step model, no engine overhead), ``prior_pass_ms`` (the same on the
+  datasheet prior), ``draft_cost_ratio`` (c at batch 1);
+- ``role``: ``check`` (a pass time or a cost ratio against the constants read from it),
+  ``calibrated`` (α bisected on this row: it matches by construction), ``predicted``;
+- ``alpha``: ``calibrate``, ``length`` (from ``accepted_length``, the tokens a verification
+  emits, at ``gamma``), ``row:ID`` (the α calibrated on another row), a number, or empty
+  (no speculation);
+- ``fit_group`` / ``baseline`` / ``baseline_unit``: a curve whose source also published its
+  run without speculation (``e2e_ms`` mean end-to-end latency, ``tok_s_gpu`` output tokens
+  a second a GPU, ``tpot_ms``): the target's step model is fitted on those points alone, a
+  calibration inside the source.
+
+``evaluate`` predicts every row; ``loso`` holds out each source in turn, refits what the
+table taught the simulator without it (``fold_profile``) and predicts its rows;
+``residuals`` turns the held-out predictions into the table the planner's intervals come
+from (``intervals``). User rows come in the same schema (``read_table``) or from
+``vllm bench serve`` / ``sglang.bench_serving`` results (``rows_from_result``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from dataclasses import replace
+from importlib.resources import files
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from specgauge.errors import InputFileError
+
+DATA = ("planning", "data")
+COLUMNS = ["id", "source", "locator", "setup", "measured", "published", "role", "alpha", "accepted_length",
+           "alpha_source", "gpu", "target", "draft", "tp", "dp", "ep", "draft_tp", "gamma", "prompt_len", "output_len",
+           "batch_size", "spec_batch_size", "qps", "requests", "empty_proposals", "draft_kv_budget", "versus",
+           "fit_group", "baseline", "baseline_unit", "engine", "year", "note"]
+REQUIRED = ["source", "setup", "measured", "published", "gpu", "target"]
+MEASURES = ("speedup", "decode_speedup", "tpot_ms", "output_throughput", "duration_s", "throughput_ratio", "pass_ms",
+            "prior_pass_ms", "draft_cost_ratio")
+ROLES = ("check", "calibrated", "predicted")
+INTEGER_FIELDS = ("tp", "dp", "ep", "draft_tp", "gamma", "prompt_len", "output_len", "batch_size", "spec_batch_size",
+                  "requests", "draft_kv_budget")
+FLOAT_FIELDS = ("qps", "empty_proposals")
+#: The sources whose numbers set shipped constants (``fold_profile`` refits them without the source):
+#: SpecDecode-Bench's per-round EAGLE-3 fit and the K sweep of vLLM issue #20780.
+FIT_SOURCE, K_SWEEP_SOURCE = "[1]", "[14]"
+WITHIN = 0.15
+
+
+class ValidationInputError(InputFileError):
+    """A validation row file that cannot be read: one line, exit status 2."""
+
+    exit_code = 2
+
+
+# ----------------------------------------------------------------------------- the table
+
+
+def _data_path(name: str):
+    return files("specgauge.reports").joinpath(*DATA, name)
+
+
+def shipped_table() -> pd.DataFrame:
+    """The published rows that ship with specgauge."""
+    with _data_path("validation.csv").open("r", encoding="utf-8") as handle:
+        return check_table(pd.read_csv(handle, dtype=str, keep_default_na=False), "the shipped validation table")
+
+
+def shipped_sources() -> dict[str, str]:
+    """Source key -> citation."""
+    with _data_path("sources.csv").open("r", encoding="utf-8") as handle:
+        frame = pd.read_csv(handle, dtype=str, keep_default_na=False)
+    return dict(zip(frame["source"], frame["citation"]))
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    """A user's CSV in the shipped table's schema (``REQUIRED`` columns at least)."""
+    from specgauge import validate
+
+    path = Path(path)
+    text = validate.read_input_text(path, "validation rows")
+    import io
+
+    try:
+        frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError) as exc:
+        raise ValidationInputError(f"{str(path)!r} is not a CSV of validation rows: {' '.join(str(exc).split())}") from None
+    return check_table(frame, repr(str(path)))
+
+
+def check_table(frame: pd.DataFrame, where: str) -> pd.DataFrame:
+    """Every row checked at the door: the required columns, a known measure and role, numbers
+    where numbers go. Missing optional columns are added empty."""
+    missing = [c for c in REQUIRED if c not in frame]
+    if missing:
+        raise ValidationInputError(f"{where} lacks column(s) {', '.join(missing)}; needs {', '.join(REQUIRED)} "
+                                   f"(optional: {', '.join(c for c in COLUMNS if c not in REQUIRED)})")
+    unknown = [c for c in frame if c not in COLUMNS and c not in ("citation",)]
+    if unknown:
+        raise ValidationInputError(f"{where}: unknown column(s) {', '.join(unknown)}; valid: {', '.join(COLUMNS)}")
+    if not len(frame):
+        raise ValidationInputError(f"{where} has a header but no rows")
+    frame = frame.copy()
+    for column in COLUMNS:
+        if column not in frame:
+            frame[column] = ""
+    frame = frame.fillna("").astype(str)
+    for i, row in enumerate(frame.itertuples(index=False)):
+        line = f"{where} row {i + 1}"
+        if row.measured not in MEASURES:
+            raise ValidationInputError(f"{line}: measured {row.measured!r} is not one of {', '.join(MEASURES)}")
+        if (row.role or "predicted") not in ROLES:
+            raise ValidationInputError(f"{line}: role {row.role!r} is not one of {', '.join(ROLES)}")
+        value = _float(row.published, f"{line}: published")
+        if not (math.isfinite(value) and value > 0):
+            raise ValidationInputError(f"{line}: published must be a number > 0, got {row.published!r}")
+        for name in INTEGER_FIELDS:
+            text = getattr(row, name)
+            if text != "" and not (text.lstrip("-").isdigit() and int(text) >= 0):
+                raise ValidationInputError(f"{line}: {name} must be a whole number >= 0, got {text!r}")
+        for name in FLOAT_FIELDS + ("accepted_length", "baseline"):
+            if getattr(row, name) != "":
+                _float(getattr(row, name), f"{line}: {name}")
+        alpha = row.alpha
+        if alpha not in ("", "calibrate", "length") and not alpha.startswith("row:"):
+            a = _float(alpha, f"{line}: alpha")
+            if not 0 <= a <= 1:
+                raise ValidationInputError(f"{line}: alpha must be calibrate, length, row:ID or a number in [0, 1], got {alpha!r}")
+        if alpha == "length" and row.accepted_length == "":
+            raise ValidationInputError(f"{line}: alpha 'length' needs an accepted_length")
+        if alpha.startswith("row:") and alpha[4:] not in set(frame["id"]):
+            raise ValidationInputError(f"{line}: alpha {alpha!r} names no row id of the same file")
+    if frame["id"].eq("").any():
+        frame.loc[frame["id"].eq(""), "id"] = [f"row{i + 1}" for i in np.flatnonzero(frame["id"].eq(""))]
+    if frame["role"].eq("").any():
+        frame.loc[frame["role"].eq(""), "role"] = "predicted"
+    return frame
+
+
+def _float(text: str, where: str) -> float:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        raise ValidationInputError(f"{where} must be a number, got {text!r}") from None
+
+
+# ----------------------------------------------------------------------------- simulating a row
+
+
+def row_config(row, profiles: str | None = None):
+    """The ``SimulationConfig`` of a row (its empty fields keep the simulator's defaults)."""
+    from specgauge.simulator import SimulationConfig
+
+    fields: dict[str, object] = {"gpu": row["gpu"], "target": row["target"], "profiles": profiles}
+    draft = row.get("draft", "")
+    fields["draft"] = draft if draft not in ("", "none") else None
+    for name in INTEGER_FIELDS:
+        if row.get(name, "") != "":
+            fields[name] = int(row[name])
+    for name in FLOAT_FIELDS:
+        if row.get(name, "") != "":
+            fields[name] = float(row[name])
+    if fields["draft"] is None:
+        fields["gamma"] = 0
+    fields.setdefault("requests", max(4 * int(fields.get("batch_size", 64)), 16))
+    return SimulationConfig(**fields)
+
+
+def speedup(config, alpha: float, decode: bool = False) -> float:
+    """Paired speed-up: of output throughput when saturated, of mean TPOT under a request rate.
+    With ``decode``, the decode phase alone: tokens a pass × plain step ÷ speculative round, at
+    the batch cap and the mid-output context."""
+    from specgauge.simulator import IIDAcceptance, simulate
+    from specgauge.simulator.core import resolve
+    from specgauge.simulator.cost import RoundCost
+
+    config = replace(config, acceptance=IIDAcceptance(alpha))
+    if not decode:
+        row = simulate(config)
+        return float(row["speedup_vs_no_spec" if config.qps is None else "tpot_speedup_vs_no_spec"])
+    setup = resolve(config)
+    costs = RoundCost(setup.target_cost, setup.draft.cost, setup.overhead)
+    kv = config.batch_size * (config.prompt_len + config.output_len / 2)
+    plain = float(costs.decode_round(config.batch_size, 0, kv)[0])
+    spec = float(costs.decode_round(config.batch_size, config.gamma, kv)[0])
+    return config.acceptance.expected_tokens_per_pass(config.gamma) * plain / spec
+
+
+def alpha_for_length(gamma: int, length: float) -> float:
+    """The i.i.d. α whose expected tokens a pass at ``gamma`` equal a published accepted length."""
+    from specgauge.simulator import IIDAcceptance
+
+    lo, hi = 0.0, 0.999
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if IIDAcceptance(mid).expected_tokens_per_pass(gamma) < length else (lo, mid)
+    return (lo + hi) / 2
+
+
+def calibrate_alpha(measure: Callable[[float], float], target: float, lo: float = 0.02, hi: float = 0.99) -> float:
+    """The α at which ``measure(α)`` equals ``target`` (bisection; clipped to [lo, hi])."""
+    if measure(hi) < target:
+        return hi
+    if measure(lo) > target:
+        return lo
+    for _ in range(14):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if measure(mid) < target else (lo, mid)
+    return (lo + hi) / 2
+
+
+def simulated_value(row, config, alpha: float | None) -> float:
+    """The row's figure, simulated."""
+    from specgauge.simulator import IIDAcceptance, simulate
+    from specgauge.simulator.core import resolve
+    from specgauge.simulator.cost import PassCost, RoundCost
+
+    measured = row["measured"]
+    if measured in ("speedup", "decode_speedup"):
+        return speedup(config, alpha if alpha is not None else 0.0, decode=measured == "decode_speedup")
+    if measured in ("pass_ms", "prior_pass_ms"):
+        setup = resolve(config)
+        prior = measured == "prior_pass_ms"
+        cost = PassCost.prior(setup.gpu, setup.target, config.tp) if prior else setup.target_cost
+        gamma = int(row["gamma"] or 0)   # a pass verifying γ + 1 tokens a sequence, no draft needed
+        tokens = config.batch_size * (gamma + 1)
+        ctx = config.prompt_len
+        sampling = setup.gpu.sample_us_per_token * 1e-6 * tokens if prior else 0.0
+        return float(cost.time(tokens, config.batch_size * ctx, (gamma + 1) * config.batch_size * ctx)
+                     + sampling) * 1e3
+    if measured == "draft_cost_ratio":
+        setup = resolve(config)
+        return float(RoundCost(setup.target_cost, setup.draft.cost, setup.overhead).draft_step_ratio(512))
+    if alpha is not None and config.gamma > 0:
+        config = replace(config, acceptance=IIDAcceptance(alpha))
+    result = simulate(config)
+    if measured in ("tpot_ms", "output_throughput", "duration_s"):
+        return float(result["mean_tpot_ms" if measured == "tpot_ms" else measured])
+    if measured == "throughput_ratio":
+        changes = dict(part.split("=") for part in row["versus"].split(";") if part)
+        other = replace(config, **{k: int(v) for k, v in changes.items()})
+        return float(result["output_throughput"]) / float(simulate(other)["output_throughput"])
+    raise ValidationInputError(f"unknown measure {measured!r}")
+
+
+# ----------------------------------------------------------------------------- fits inside a source
+
+
+def _per_token_s(row, config) -> float:
+    """A baseline point's seconds a token of one request."""
+    base = float(row["baseline"])
+    unit = row["baseline_unit"]
+    if unit == "e2e_ms":
+        return base / 1e3 / config.output_len
+    if unit == "tok_s_gpu":
+        return config.batch_size / (config.tp * config.dp * base)
+    if unit == "tpot_ms":
+        return base / 1e3
+    raise ValidationInputError(f"row {row['id']}: baseline_unit {unit!r} is not e2e_ms, tok_s_gpu or tpot_ms")
+
+
+def curve_fit(rows: pd.DataFrame, profiles: str | None = None):
+    """The target's step model fitted on a curve's no-speculation points (closed loop, additive)."""
+    from specgauge.simulator.core import resolve
+    from specgauge.simulator.fit import serve_curve_fit
+
+    configs = [row_config(r, profiles) for _, r in rows.iterrows()]
+    setup = resolve(configs[0])
+    conc = [c.batch_size for c in configs]
+    per_token = [_per_token_s(r, c) for (_, r), c in zip(rows.iterrows(), configs)]
+    return serve_curve_fit(setup.target_cost, conc, per_token, configs[0].prompt_len, configs[0].output_len)
+
+
+def fitted_profile(rows: pd.DataFrame, path: str, base_profiles: str | None = None) -> tuple[str, str]:
+    """A profile file holding the target's step model fitted on the curve's baseline points."""
+    from specgauge.simulator.profiles import step_key
+    from specgauge.simulator.core import resolve
+
+    config = row_config(rows.iloc[0], base_profiles)
+    setup = resolve(config)
+    fit = curve_fit(rows, base_profiles)
+    key = step_key(setup.target.name, setup.gpu.name, config.tp)
+    with open(path, "w") as handle:
+        handle.write(f'[steps."{key}"]\nc_fixed_ms = {float(fit.c_fixed) * 1e3!r}\nc_token_us = {float(fit.c_token) * 1e6!r}\n'
+                     f'c_kv_ns = {float(fit.c_kv) * 1e9!r}\nknee = 1.0\nstep_overhead_ms = 0.0\n'
+                     f'source = "fitted on the no-speculation points of {key}"\n')
+    profiles = path if base_profiles is None else f"{base_profiles},{path}"
+    return profiles, f"step model fitted on the source's no-speculation points ({fit.describe()}, rms {fit.rms_error:.1%})"
+
+
+# ----------------------------------------------------------------------------- evaluating a table
+
+
+def _alpha_label(alpha: float, where: str) -> str:
+    bound = " (at the 0.99 bound: the figure is out of the simulator's reach)" if alpha >= 0.989 else ""
+    return f"α = {alpha:.3f} {where}{bound}"
+
+
+def evaluate(table: pd.DataFrame, profiles: str | None = None, fit_curves: bool = True,
+             workdir: str | None = None, reference: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Every row of ``table`` simulated. ``fit_curves``: rows of a ``fit_group`` run on a step model
+    fitted on their source's no-speculation points (else on ``profiles`` alone, as a user without
+    measurements gets them). ``reference``: where a ``row:ID`` outside ``table`` is looked up
+    (its α calibrated again on ``profiles``). Returns the table with ``simulated``, ``ratio``, ``alpha_used``,
+    ``calibration``, ``kind`` (dense, moe), ``profile`` (prior, calibrated) and ``load``."""
+    from specgauge.simulator.core import resolve
+
+    workdir = workdir or tempfile.mkdtemp(prefix="specgauge-validate-")
+    group_profiles: dict[str, tuple[str, str]] = {}
+    if fit_curves:
+        for group, rows in table[table["fit_group"] != ""].groupby("fit_group", sort=False):
+            if rows["baseline"].eq("").any():
+                continue
+            group_profiles[group] = fitted_profile(rows, os.path.join(workdir, f"{group}.toml"), profiles)
+    alphas: dict[str, float] = {}
+    out = []
+    order = sorted(range(len(table)), key=lambda i: 0 if table.iloc[i]["alpha"] == "calibrate" else 1)
+    results: dict[int, dict] = {}
+    for i in order:
+        row = table.iloc[i]
+        fitted = group_profiles.get(row["fit_group"])
+        row_profiles = fitted[0] if fitted else profiles
+        config = row_config(row, row_profiles)
+        how = row["alpha"]
+        alpha: float | None = None
+        decode = row["measured"] == "decode_speedup"
+        if how == "calibrate":
+            alpha = calibrate_alpha(lambda a: speedup(config, a, decode), float(row["published"]))
+            where = "calibrated here"
+        elif how == "length":
+            alpha = alpha_for_length(config.gamma, float(row["accepted_length"]))
+            where = row["alpha_source"] or f"from the accepted length {row['accepted_length']}"
+        elif how.startswith("row:"):
+            alpha = alphas.get(how[4:])
+            if alpha is None:   # the row it names was not evaluated here (another fold): calibrate it now
+                pool = table if reference is None else reference
+                ref = pool[pool["id"] == how[4:]]
+                if not len(ref):
+                    raise ValidationInputError(f"row {row['id']}: alpha {how!r} names no row")
+                source_row = ref.iloc[0]
+                ref_config = row_config(source_row, row_profiles)
+                alpha = calibrate_alpha(lambda a: speedup(ref_config, a, source_row["measured"] == "decode_speedup"),
+                                        float(source_row["published"]))
+            where = row["alpha_source"] or f"from row {how[4:]}"
+        elif how != "":
+            alpha = float(how)
+            where = row["alpha_source"] or "given"
+        if alpha is not None:
+            alphas[row["id"]] = alpha
+        value = simulated_value(row, config, alpha)
+        setup = resolve(config)
+        calibration = _alpha_label(alpha, where) if alpha is not None else (row["alpha_source"] or "none")
+        if fitted:
+            calibration += "; " + fitted[1]
+        elif row["fit_group"] and not fit_curves:
+            calibration += "; datasheet prior"
+        published = float(row["published"])
+        results[i] = {**row.to_dict(), "simulated": value, "ratio": value / published, "alpha_used": alpha,
+                      "calibration": calibration, "kind": "moe" if setup.target.is_moe else "dense",
+                      "profile": "prior" if setup.target_cost.source.startswith("datasheet prior") else "calibrated",
+                      "load": float(config.batch_size), "draft_kind": _draft_kind(config)}
+    out = [results[i] for i in range(len(table))]
+    return pd.DataFrame(out)
+
+
+def _draft_kind(config) -> str:
+    from specgauge.simulator.drafts import draft_kind
+
+    return (draft_kind(config.draft) or "none") if config.gamma > 0 else "none"
+
+
+# ----------------------------------------------------------------------------- leave one source out
+
+
+def _head_step(gpu_name: str = "h100", target_name: str = "llama-3.1-8b"):
+    """An EAGLE-3 head's datasheet pass, without the proposer's own work around it."""
+    from specgauge.simulator.cost import PassCost
+    from specgauge.simulator.drafts import EAGLE_DRAFT_BYTES, _head_params
+    from specgauge.simulator.profiles import load_gpu, load_model
+
+    gpu, target = load_gpu(gpu_name), load_model(target_name)
+    _, linear = _head_params(target, "eagle")
+    return PassCost.from_shape(gpu, linear_params=linear, kv_bytes_per_token=target.kv_bytes_per_gpu(1) / target.layers,
+                               attn_flops_per_ctx=4.0 * target.heads * target.head_dim, layers=2, hidden=target.hidden,
+                               dtype_bytes=EAGLE_DRAFT_BYTES)
+
+
+def head_pass_s(ctx: float = 256.0) -> float:
+    """The head's datasheet pass at batch 1 (Llama-3.1-8B's EAGLE-3 head on an H100)."""
+    return float(_head_step().time(1, ctx, ctx))
+
+
+def pass_overhead_estimates(table: pd.DataFrame) -> dict[str, float]:
+    """The proposer's work per EAGLE pass (ms) as each source that informs it gives it: [1]'s
+    per-round fit split over its 3 passes (what ships), and the K sweep's round time
+    (TPOT × accepted length, TPOT = plain TPOT ÷ speed-up) against K."""
+    from specgauge.simulator.profiles import load_step_fit
+
+    head = head_pass_s() * 1e3
+    shipped = load_step_fit("eagle:llama-3.1-8b", "h100-sxm", 1)
+    out = {FIT_SOURCE: shipped.c_pass_ms - head}
+    sweep = table[(table["source"] == K_SWEEP_SOURCE) & (table["baseline_unit"] == "tpot_ms")]
+    if len(sweep) >= 2:
+        k = sweep["gamma"].astype(float).to_numpy()
+        tpot = sweep["baseline"].astype(float).to_numpy() / sweep["published"].astype(float).to_numpy()
+        rounds = sweep["accepted_length"].astype(float).to_numpy() * tpot
+        out[K_SWEEP_SOURCE] = float(np.polyfit(k, rounds, 1)[0]) - head
+    return out
+
+
+def moe_factor_estimates(table: pd.DataFrame) -> dict[str, list[float]]:
+    """A MoE pass's per-token cost over the dense prior's, per curve, from the step model fitted
+    on each published no-speculation MoE curve: what ``moe_token_factor`` ships (their
+    geometric mean)."""
+    from specgauge.simulator.core import resolve
+    from specgauge.simulator.cost import PassCost
+
+    out: dict[str, list[float]] = {}
+    curves = table[(table["fit_group"] != "") & (table["baseline_unit"] != "tpot_ms")]
+    for _, rows in curves.groupby("fit_group", sort=False):
+        config = row_config(rows.iloc[0])
+        setup = resolve(config)
+        if not setup.target.is_moe:
+            continue
+        dense = PassCost.prior(replace(setup.gpu, moe_token_factor=1.0), setup.target, config.tp)
+        fit = curve_fit(rows)
+        out.setdefault(rows.iloc[0]["source"], []).append(float(fit.c_token) / dense.c_token)
+    return out
+
+
+def fold_profile(held_out: str, path: str, passes: dict[str, float], moe: dict[str, list[float]]) -> str:
+    """A profile file holding every constant the table taught the simulator, refitted without ``held_out``.
+
+    The proposer's per-pass work comes from [1] (as shipped), or from the K sweep when [1] is
+    held out; the MoE per-token factor from the MoE curves of the sources left in. Without [1],
+    its fits of Llama-3.1-8B and its EAGLE-3 head give way to the datasheet prior, and the eager
+    draft layer's launch cost read off its cost ratios to the graphed layer's. The prior's
+    bandwidth and FLOP fractions, also read off [1]'s fit, stay: no other source times a dense pass."""
+    from specgauge.simulator.cost import PassCost
+    from specgauge.simulator.profiles import known_gpus, load_gpu, load_model
+
+    order = [FIT_SOURCE, K_SWEEP_SOURCE]
+    per_pass = next((passes[src] for src in order if src != held_out and src in passes), passes.get(FIT_SOURCE, 0.38))
+    ratios = [r for src, values in moe.items() if src != held_out for r in values]
+    text = ""
+    for gpu in known_gpus():
+        text += f'[gpus."{gpu}"]\ndraft_pass_overhead_ms = {per_pass!r}\n'
+        if ratios:
+            text += f"moe_token_factor = {math.exp(sum(map(math.log, ratios)) / len(ratios))!r}\n"
+        if held_out == FIT_SOURCE:
+            text += f"draft_layer_overhead_us = {load_gpu(gpu).layer_overhead_us!r}\n"
+    if held_out == FIT_SOURCE:
+        gpu, target = load_gpu("h100"), load_model("llama-3.1-8b")
+        prior = PassCost.prior(gpu, target, 1)
+        text += (f'[steps."llama-3.1-8b@h100-sxm@tp1"]\nc_fixed_ms = {prior.c_fixed * 1e3!r}\n'
+                 f'c_weight_ms = {prior.c_weight * 1e3!r}\nc_token_us = {prior.c_token * 1e6!r}\n'
+                 f'c_kv_ns = {prior.c_kv * 1e9!r}\nc_attn_ns = {prior.c_attn * 1e9!r}\nknee = {prior.knee!r}\n'
+                 f'includes_engine = false\nsource = "datasheet prior (leave-one-source-out fold without [1])"\n')
+        head = _head_step()
+        text += (f'[steps."eagle:llama-3.1-8b@h100-sxm@tp1"]\nc_fixed_ms = 0.0\n'
+                 f'c_pass_ms = {head_pass_s() * 1e3 + per_pass!r}\nc_token_us = {head.c_token * 1e6!r}\n'
+                 f'c_kv_ns = {head.c_kv * 1e9!r}\nsource = "head pass from shape + the K sweep"\n')
+    with open(path, "w") as handle:
+        handle.write(text)
+    return path
+
+
+def loso(table: pd.DataFrame, workdir: str | None = None, user: pd.DataFrame | None = None
+         ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Leave one source out. Returns (the folds' rows, the in-sample rows).
+
+    For every source S: the constants the table taught are refitted without S
+    (``fold_profile``) and S's rows predicted. A curve with published no-speculation points is
+    predicted twice: on the step model fitted on those points (a calibration inside S, the
+    ``calibrated`` profile) and on the datasheet prior (``variant`` ``prior``). ``user`` rows
+    are predicted with every shipped constant (nothing in the shipped table is theirs)."""
+    workdir = workdir or tempfile.mkdtemp(prefix="specgauge-loso-")
+    shipped = evaluate(table, workdir=workdir)
+    passes, moe = pass_overhead_estimates(table), moe_factor_estimates(table)
+    folds = []
+    for src in dict.fromkeys(table["source"]):
+        rows = table[table["source"] == src]
+        if not (rows["role"] == "predicted").any():
+            continue
+        path = fold_profile(src, os.path.join(workdir, f"fold{src.strip('[]')}.toml"), passes, moe)
+        fitted = evaluate(rows, path, fit_curves=True, workdir=workdir, reference=table).assign(variant="as published")
+        folds.append(fitted)
+        if (rows["fit_group"] != "").any() and not rows["baseline"].eq("").all():
+            curve_rows = rows[rows["fit_group"] != ""]
+            folds.append(evaluate(curve_rows, path, fit_curves=False, workdir=workdir, reference=table).assign(variant="prior"))
+    if user is not None and len(user):
+        folds.append(evaluate(user, workdir=workdir).assign(variant="user"))
+    return pd.concat(folds, ignore_index=True), shipped
+
+
+def residuals(folds: pd.DataFrame) -> pd.DataFrame:
+    """The intervals' table: one row per predicted figure, r = log(published / simulated)."""
+    from specgauge.reports.planning.intervals import load_band
+
+    predicted = folds[(folds["role"] == "predicted") & folds["ratio"].notna()]
+    return pd.DataFrame({
+        "source": predicted["source"], "id": predicted["id"], "variant": predicted["variant"],
+        "setup": predicted["setup"], "measured": predicted["measured"], "draft_kind": predicted["draft_kind"],
+        "kind": predicted["kind"], "profile": predicted["profile"], "load": [load_band(x) for x in predicted["load"]],
+        "alpha": predicted["alpha_used"], "published": predicted["published"].astype(float),
+        "simulated": predicted["simulated"].round(6),
+        "residual": np.log(predicted["published"].astype(float) / predicted["simulated"]).round(6)})
+
+
+def share(frame: pd.DataFrame) -> tuple[int, int]:
+    """Predicted rows within ±15 % and their count."""
+    predicted = frame[(frame["role"] == "predicted") & frame["ratio"].notna()]
+    return int(((predicted["ratio"] - 1).abs() <= WITHIN).sum()), len(predicted)
+
+
+def binomial_interval(hits: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Clopper-Pearson interval of a share (for coverage: a nominal 90 % that covers 70 % is a defect)."""
+    from scipy.stats import binomtest
+
+    if n == 0:
+        return math.nan, math.nan
+    ci = binomtest(hits, n).proportion_ci(confidence)
+    return float(ci.low), float(ci.high)
+
+
+def markdown(frame: pd.DataFrame) -> str:
+    """A GitHub table (no extra dependency)."""
+    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+    lines += ["| " + " | ".join(("—" if v != v else f"{v:.3g}") if isinstance(v, float) else str(v) for v in row) + " |"
+              for row in frame.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def display_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """The docs' table: setup, source, published, simulated, ratio, role, calibration, note."""
+    out = frame[["setup", "source", "published", "simulated", "ratio", "role", "calibration", "note"]].copy()
+    out["published"] = out["published"].astype(float)
+    out["simulated"] = out["simulated"].astype(float).round(3)
+    out["ratio"] = out["ratio"].astype(float).round(3)
+    return out
+
+
+# ----------------------------------------------------------------------------- a user's own rows
+
+#: What a result file's suffix may say about the deployment it ran (the JSON does not record it).
+RESULT_OPTIONS: dict[str, type] = {"gpu": str, "target": str, "tp": int, "dp": int, "ep": int, "draft": str,
+                                   "gamma": int, "source": str}
+
+
+def rows_from_result(text: str) -> pd.DataFrame:
+    """``FILE.json:gpu=G,target=M[,tp=N,draft=D,gamma=K,source=NAME]``: a ``vllm bench serve
+    --save-result`` or ``sglang.bench_serving`` result as one predicted row of its mean TPOT at
+    its max concurrency and mean lengths; a speculative run's α from its accepted length.
+    ``FILE.csv``: rows in the shipped table's schema."""
+    from specgauge.reports.cli.calibrate import (_spec_gamma, accepted_length_key, check_json_object,
+                                                 check_serve_result, check_spec_options)
+
+    if text.lower().endswith(".csv") or ".csv:" not in text.lower() and Path(text).suffix.lower() == ".csv":
+        return read_table(text)
+    path, options = check_spec_options(text, RESULT_OPTIONS)
+    if path.suffix.lower() == ".csv":
+        raise ValidationInputError(f"{text!r}: a CSV of rows takes no options; put gpu, target, ... in its columns")
+    missing = [k for k in ("gpu", "target") if k not in options]
+    if missing:
+        raise ValidationInputError(f"{text!r}: a benchmark result does not record its deployment; give "
+                                   f"{path}:gpu=NAME,target=NAME[,tp=N,draft=NAME,gamma=K]")
+    data = check_json_object(path)
+    where = repr(str(path))
+    concurrency, input_len, output_len, tpot_s = check_serve_result(data, where)
+    length_key = accepted_length_key(data)
+    draft = options.get("draft", "none" if length_key is None else "")
+    row = {c: "" for c in COLUMNS}
+    row.update(id=path.stem, source=options.get("source", path.name), locator=path.name,
+               setup=f"mean TPOT (ms), {options['target']} on {options['gpu']}, concurrency {concurrency:g}",
+               measured="tpot_ms", published=f"{tpot_s * 1e3!r}", role="predicted", gpu=options["gpu"],
+               target=options["target"], tp=str(options.get("tp", 1)), dp=str(options.get("dp", 1)),
+               ep=str(options.get("ep", 1)), batch_size=str(max(int(round(concurrency)), 1)),
+               prompt_len=str(max(int(round(input_len)), 1)), output_len=str(max(int(round(output_len)), 1)),
+               requests=str(max(4 * int(round(concurrency)), 16)), engine="", note="a user's run")
+    if length_key is not None:
+        if not draft:
+            raise ValidationInputError(f"{text!r}: a speculative run: say what drafted, e.g. {path}:draft=eagle,...")
+        gamma = _spec_gamma(data, where, options.get("gamma"))
+        row.update(draft=draft, gamma=str(gamma), alpha="length", accepted_length=f"{float(data[length_key])!r}",
+                   alpha_source=f"from the run's accepted length {float(data[length_key]):.3g}")
+    else:
+        row.update(draft="none", gamma="0", alpha_source="no speculation")
+    return check_table(pd.DataFrame([row]), where)
