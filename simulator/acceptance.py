@@ -114,21 +114,65 @@ class _IIDSampler(_Stateless):
         return np.minimum(self.rng.geometric(1.0 - self.alpha, size=shape) - 1, gamma)
 
 
+#: how positions beyond the given rates are treated: the last rate repeated, a geometric decay
+#: fitted to the given positions, or refused
+BEYOND = ("last", "geometric", "refuse")
+
+
+def geometric_decay(alphas: tuple[float, ...]) -> float:
+    """The factor r of α_k ∝ r^k fitted to the given conditional rates (least squares on log α_k),
+    capped at 1: real acceptance falls with position, and a rise measured over a few positions is
+    not extended. One position (or a zero rate) gives no decay to fit: 1."""
+    a = np.asarray(alphas, float)
+    if len(a) < 2 or np.any(a <= 0):
+        return 1.0
+    slope = float(np.polyfit(np.arange(1, len(a) + 1), np.log(a), 1)[0])
+    return float(min(np.exp(slope), 1.0))
+
+
 @dataclass(frozen=True)
 class PerPositionAcceptance(_AcceptanceBase):
-    """Draft position k is accepted with alpha_k (given all before it were); beyond the tuple, the last one."""
+    """Draft position k is accepted with alpha_k (given all before it were).
+
+    Beyond the tuple (``beyond``): ``last`` repeats the last rate, ``geometric`` extends it
+    by the decay fitted to the given rates (``geometric_decay``), ``refuse`` refuses a γ
+    longer than the tuple. The label names the rule whenever it is not ``last``.
+    """
 
     alphas: tuple[float, ...] = (0.9, 0.8, 0.7, 0.6)
+    beyond: str = "last"
 
     def __post_init__(self) -> None:
         alphas = tuple(_check_probability(f"alpha_{i + 1}", a) for i, a in enumerate(self.alphas))
         if not alphas:
             raise ConfigError("PerPositionAcceptance needs at least one alpha")
+        if self.beyond not in BEYOND:
+            raise ConfigError(f"unknown rule {self.beyond!r} for positions beyond the given rates; valid: "
+                              + ", ".join(BEYOND))
         object.__setattr__(self, "alphas", alphas)
 
+    @property
+    def decay(self) -> float:
+        """The factor a position beyond the given ones multiplies the rate by (1 for ``last``)."""
+        return geometric_decay(self.alphas) if self.beyond == "geometric" else 1.0
+
+    def describe_beyond(self) -> str:
+        """How positions beyond the given ones are modelled, in words."""
+        m = len(self.alphas)
+        if self.beyond == "refuse":
+            return f"positions beyond {m} refused"
+        if self.beyond == "geometric" and m >= 2:
+            return (f"a geometric decay fitted to the {m} given positions (×{self.decay:.3g} a position"
+                    + (", capped at 1: the given rates do not fall" if self.decay >= 1.0 else "") + ")")
+        return f"position {m}'s rate repeated"
+
     def _padded(self, gamma: int) -> np.ndarray:
-        a = list(self.alphas[:gamma]) + [self.alphas[-1]] * max(0, gamma - len(self.alphas))
-        return np.asarray(a, dtype=float)
+        m = len(self.alphas)
+        if gamma > m and self.beyond == "refuse":
+            raise ConfigError(f"γ {gamma} drafts beyond the {m} positions whose acceptance was given; give γ <= {m} "
+                              "or extend them (geometric)")
+        extra = self.alphas[-1] * self.decay ** np.arange(1, max(0, gamma - m) + 1)
+        return np.concatenate([np.asarray(self.alphas[:gamma], dtype=float), extra])
 
     @property
     def mean_alpha(self) -> float:
@@ -142,7 +186,12 @@ class PerPositionAcceptance(_AcceptanceBase):
         return _PerPositionSampler(self, rng)
 
     def label(self) -> str:
-        return "per-position(" + ",".join(f"{a:g}" for a in self.alphas) + ")"
+        rates = ",".join(f"{a:g}" for a in self.alphas)
+        if self.beyond == "geometric":
+            return f"per-position({rates}; beyond: geometric ×{self.decay:.3g})"
+        if self.beyond == "refuse":
+            return f"per-position({rates}; beyond: refused)"
+        return f"per-position({rates})"
 
 
 class _PerPositionSampler(_Stateless):

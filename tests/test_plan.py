@@ -75,7 +75,7 @@ def test_vllm_json_calibrates_the_sweep(tmp_path):
     assert plan.main(["--gamma", "2", "--batch-size", "1", "--requests", "10", "--output-len", "32", "--no-progress",
                       "--acceptance", str(result), "--csv", str(csv)]) == 0
     row = pd.read_csv(csv).iloc[0]
-    assert row["acceptance"] == "per-position(0.9,0.8)"
+    assert row["acceptance"] == "per-position(0.9,0.8; beyond: geometric ×0.889)"  # the rule past position 2, named
     assert "made conditional" in json.loads((tmp_path / "p.meta.json").read_text())["acceptance_source"]
 
 

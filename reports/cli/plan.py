@@ -57,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--acceptance", default=None, metavar="SPEC",
                        help="acceptance instead of --alpha: one α, a per-position list (0.9,0.8,0.7), a profile "
                        "name from fixtures/workloads, or a `vllm bench serve --save-result` JSON")
+    group.add_argument("--acceptance-beyond", choices=("geometric", "last", "refuse"), default="geometric",
+                       help="draft positions beyond those a per-position --acceptance gives (a vLLM run measured at "
+                       "3 draft tokens, swept to γ 5): a geometric decay fitted to the given positions (default), "
+                       "the last rate repeated, or refused; a best γ resting on them says so")
     group.add_argument("--rate", type=float, default=None, metavar="REQ_PER_S",
                        help="size a deployment for this request rate: per configuration, the highest Poisson rate "
                        "whose run is stable and meets every --slo bound, found by bisection (not a --qps grid), then "
@@ -91,7 +95,20 @@ def _acceptance_override(args: argparse.Namespace) -> AcceptanceSpec | None:
         return None
     if args.alpha is not None:
         raise PlanError("--alpha and --acceptance contradict each other: give one (--acceptance also takes a single α)")
-    return parse_acceptance(args.acceptance)
+    from dataclasses import replace
+
+    return replace(parse_acceptance(args.acceptance), beyond=args.acceptance_beyond)
+
+
+def _check_measured_positions(configs: list[Any], acceptance: AcceptanceSpec | None) -> None:
+    """With ``--acceptance-beyond refuse``, a γ longer than the measured positions is refused before any run."""
+    if acceptance is None or acceptance.beyond != "refuse" or acceptance.positions is None:
+        return
+    longest = max((c.parsed_policy.max_gamma for c in configs), default=0)
+    if longest > acceptance.positions:
+        raise PlanError(f"γ {longest} drafts beyond the {acceptance.positions} positions --acceptance measured; "
+                        f"give --gamma up to {acceptance.positions}, or --acceptance-beyond geometric to extend them "
+                        "by a stated decay")
 
 
 def _check_not_empty(args: argparse.Namespace) -> None:
@@ -159,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     options = options_from_args(args)
     options.resolved_executor()
     configs = plan_configs(args, acceptance)
+    _check_measured_positions(configs, acceptance)
     announce(configs, "plan", parallel=options.jobs)  # refuse what cannot fit before any file is made
     target: CsvTarget = resolve_csv_target(args.csv, default_name="plan.csv")
     if args.plot:
@@ -199,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     say(f"wrote {target.path}: {len(frame)} configurations in {elapsed:.1f} s"
         + (f" ({resumed} resumed from an interrupted run)" if resumed else ""))
 
-    decisions = decide(frame, config_columns, slo)
+    decisions = decide(frame, config_columns, slo, beyond_note=acceptance.beyond_note if acceptance else None)
     decision_path = target.sibling("decision")
     write_csv_atomic(decisions, decision_path, {**metadata, "source_csv": target.path.name})
     say(f"wrote {decision_path}: {len(decisions)} decisions (acceptance: {source})")

@@ -8,7 +8,7 @@ a person can act on, each read off the decision table.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -262,13 +262,43 @@ def draft_memory_cost(frame: pd.DataFrame, scope_cols: list[str]) -> list[dict[s
     return out
 
 
-def decide(frame: pd.DataFrame, config_columns: Sequence[str], slo: SLO) -> pd.DataFrame:
-    """All decisions as one long table (one decision per row; see the README for each)."""
+def beyond_measured(rows: list[dict[str, Any]], note: Callable[[int], str | None]) -> list[dict[str, Any]]:
+    """Per scope, where a best γ drafts past the positions whose acceptance was measured: one
+    row saying which γ, at which loads, and what the unmeasured positions rest on (``note(γ)``).
+    Each such best-γ row's ``detail`` says it too."""
+    out: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        if not row["decision"].startswith("best_gamma") or not row.get("gamma"):
+            continue
+        text = note(int(row["gamma"]))
+        if text is None:
+            continue
+        row["detail"] += f"; {text}"
+        load = "batch cap " + _load_label(pd.Series(row))
+        entry = out.setdefault(row["scope"], _decision("acceptance_beyond_measured", row["scope"], metric="gamma",
+                                                       detail="", gamma=int(row["gamma"])))
+        entry["gamma"] = max(int(entry["gamma"]), int(row["gamma"]))
+        entry.setdefault("_loads", {}).setdefault(int(row["gamma"]), []).append(load)
+    for entry in out.values():
+        loads = entry.pop("_loads")
+        entry["detail"] = "; ".join(
+            f"γ = {g} (best at {', '.join(dict.fromkeys(where))}) rests on {note(g)}" for g, where in sorted(loads.items()))
+    return list(out.values())
+
+
+def decide(frame: pd.DataFrame, config_columns: Sequence[str], slo: SLO,
+           beyond_note: Callable[[int], str | None] | None = None) -> pd.DataFrame:
+    """All decisions as one long table (one decision per row; see the README for each).
+
+    ``beyond_note(γ)``, when acceptance was measured at fewer positions than a swept γ,
+    says what the unmeasured positions rest on; a best γ beyond them says so."""
     scope_cols = _scope_columns(frame, config_columns)
     rows = (best_gamma(frame, scope_cols) + breakeven(frame, scope_cols, "batch_size")
             + breakeven(frame, scope_cols, "qps") + speculation_breakeven(frame, scope_cols, "batch_size")
             + speculation_breakeven(frame, scope_cols, "qps") + slo_capacity(frame, scope_cols, slo)
             + draft_memory_cost(frame, scope_cols))
+    if beyond_note is not None:
+        rows += beyond_measured(rows, beyond_note)
     decisions = pd.DataFrame(rows, columns=DECISION_COLUMNS)
     for column in ("batch_size", "gamma"):
         decisions[column] = pd.to_numeric(decisions[column]).astype("Int64")
@@ -349,6 +379,8 @@ def recommendation(decisions: pd.DataFrame) -> list[str]:
         for _, r in group[group["decision"].str.startswith("max_slo")].iterrows():
             who = "without speculation" if r["decision"].endswith("_no_spec") else "with speculation"
             lines.append(f"{head}SLO {who}: {r['detail']}.")
+        for _, r in group[group["decision"] == "acceptance_beyond_measured"].iterrows():
+            lines.append(f"{head}Acceptance beyond what was measured: {r['detail']}.")
     return lines
 
 

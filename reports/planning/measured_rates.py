@@ -4,8 +4,10 @@ The point is to calibrate a plan on measured numbers. Four spellings:
 
 * ``0.8``: i.i.d. acceptance, every draft token accepted with probability 0.8;
 * ``0.9,0.8,0.7``: per-position *conditional* rates α_k = P(draft k accepted | drafts
-  before it accepted), the α_i of 1 + Σ_k Π_{i≤k} α_i; positions beyond the list are
-  left to the simulator's per-position model;
+  before it accepted), the α_i of 1 + Σ_k Π_{i≤k} α_i; positions beyond the list (a γ
+  longer than what was measured) follow ``beyond``: a geometric decay fitted to the given
+  positions by default (``simulator.acceptance.geometric_decay``), the last rate
+  repeated, or refused; the acceptance label names the rule;
 * ``NAME``: a profile from ``fixtures/workloads/acceptance_profiles.json``,
   each with the workload and publication it was measured on;
 * ``PATH.jsonl[:METHOD]``: per-request acceptance traces replayed request by request
@@ -50,6 +52,20 @@ class AcceptanceSpec:
     rates: tuple[float, ...]
     source: str
     replay: tuple[str, str] | None = None   # (JSONL trace, method): measured acceptance replayed per request
+    beyond: str = "geometric"               # positions beyond ``rates``: geometric, last or refuse
+
+    @property
+    def positions(self) -> int | None:
+        """How many draft positions were given (measured), None for one i.i.d. α or a replay."""
+        return len(self.rates) if self.per_position and self.replay is None else None
+
+    def beyond_note(self, gamma: int) -> str | None:
+        """What a γ longer than the given positions rests on, in words; None when γ is covered."""
+        m = self.positions
+        if m is None or gamma <= m:
+            return None
+        span = f"position {m + 1}" if gamma == m + 1 else f"positions {m + 1}–{gamma}"
+        return f"{span} not measured: {self.to_model().describe_beyond()}"
 
     @property
     def per_position(self) -> bool:
@@ -69,7 +85,7 @@ class AcceptanceSpec:
 
             return ReplayAcceptance.from_jsonl(*self.replay)
         if self.per_position:
-            return PerPositionAcceptance(tuple(self.rates))
+            return PerPositionAcceptance(tuple(self.rates), beyond=self.beyond)
         return IIDAcceptance(self.rates[0])
 
 
