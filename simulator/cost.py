@@ -66,18 +66,21 @@ class PassCost:
     def from_shape(cls, gpu: GPU, *, linear_params: float, kv_bytes_per_token: float, attn_flops_per_ctx: float,
                    layers: int, hidden: int, dtype_bytes: int, tp: int = 1, layer_overhead_us: float | None = None,
                    weight_params: float | None = None, expert_params: float = 0.0, moe_layers: int = 0,
-                   experts: int = 0, experts_per_token: int = 0, measured_experts: tuple | None = None
-                   ) -> "PassCost":
+                   experts: int = 0, experts_per_token: int = 0, measured_experts: tuple | None = None,
+                   mla_layers: int = 0) -> "PassCost":
         """The datasheet prior of a pass over a network of this shape, split over ``tp`` GPUs.
 
         ``linear_params``: multiplied per token; ``weight_params``: streamed by every pass
         (default the same); a MoE adds ``expert_params`` per routed expert touched in each of
-        its ``moe_layers``."""
+        its ``moe_layers``; ``mla_layers`` of multi-head latent attention add their fixed kernels."""
         per_gpu = 1.0 / tp
         launch = gpu.layer_overhead_us if layer_overhead_us is None else layer_overhead_us
         stream = dtype_bytes * per_gpu / (gpu.bandwidth * gpu.efficiency)
         peak = gpu.peak_flops_for(dtype_bytes) * gpu.mfu
-        c_fixed = layers * launch * 1e-6
+        # a MoE layer's and an MLA layer's own fixed kernels: latency-bound at decode, so
+        # constants of the pass (GPU.moe_layer_overhead_us, GPU.mla_layer_overhead_us)
+        c_fixed = (layers * launch + moe_layers * gpu.moe_layer_overhead_us
+                   + mla_layers * gpu.mla_layer_overhead_us) * 1e-6
         c_token = 2.0 * linear_params * per_gpu / peak
         if tp > 1:
             # Two ring all-reduces per layer over tokens x hidden activations.
@@ -113,7 +116,8 @@ class PassCost:
                               dtype_bytes=model.dtype_bytes, tp=tp, layer_overhead_us=layer_overhead_us,
                               weight_params=model.dense_weight_params, expert_params=model.expert_params,
                               moe_layers=model.moe_layers, experts=model.experts,
-                              experts_per_token=model.experts_per_token, measured_experts=model.measured_experts)
+                              experts_per_token=model.experts_per_token, measured_experts=model.measured_experts,
+                              mla_layers=model.layers if model.is_mla else 0)
         if not model.is_moe:
             return cost
         # A MoE pass's GEMMs are many small ones (a few tokens per expert): their time adds to

@@ -241,7 +241,8 @@ def build_draft(name: str | None, *, gpu: GPU, target: Model, target_cost: PassC
             layers=2, hidden=target.hidden, dtype_bytes=head_bytes, tp=dtp, weight_params=linear - routed,
             expert_params=target.expert_params if moe else 0.0, moe_layers=int(moe), experts=target.experts if moe else 0,
             experts_per_token=target.experts_per_token if moe else 0,
-            measured_experts=target.measured_experts if moe else None), gpu).split_ranks(dp))
+            measured_experts=target.measured_experts if moe else None,
+            mla_layers=int(kind == "mtp" and target.is_mla)), gpu).split_ranks(dp))
         if moe:
             cost = replace(cost, step=replace(cost.step, affinity=target.expert_affinity))
     # At TP 1 the head's weights and KV sit whole on one GPU, which bounds the KV blocks of all.

@@ -43,6 +43,25 @@ def _check_knee(where: str, knee: object) -> None:
 #: 1 + 3 · 0.5 = 2.5. A model's ``expert_affinity`` 1 routes every token independently.
 EXPERT_AFFINITY = 0.5
 
+#: Fixed parts a layer adds to a forward pass beyond the dense layer's launches
+#: (``layer_overhead_us``) and its two collectives (``allreduce_latency_us``): latency-bound at
+#: decode, so constants of the pass that do not shrink with the batch. Each is the median over
+#: sources of the value a published batch-1 time of a deployment without speculation implies
+#: (``specgauge validate``: ``validation.fixed_cost_estimates``; docs/validation.md, "Step times at
+#: batch 1"), and is refitted without each source in the leave-one-source-out folds.
+#:
+#: A MoE layer's router, top-k, token alignment and grouped-GEMM launches: Qwen3-30B-A3B on two
+#: H100s in SGLang runs a batch-1 step in 4.49 ms (222.47 tok/s, SpecForge issue #339), which the
+#: prior without any such cost nearly reaches (4.4 ms): 1.5 µs a layer, the only such source.
+MOE_LAYER_OVERHEAD_US = 1.5
+#: A layer of DeepSeek-V3-style multi-head latent attention with its block-scaled FP8 projections:
+#: the absorbed q/kv projections and their quantisation kernels, RoPE, the split decode kernel and
+#: its combine. DeepSeek-V3 at batch 1 on 8 GPUs takes 21-23 ms a token in SGLang on H200, B200 and
+#: MI300X (9 ms in TensorRT-LLM's fused min-latency build), where the weights it reads take about
+#: 1 ms: the published rows cannot tell MLA's kernels from the FP8 block-quantisation and MoE
+#: kernels of the same layer, so the constant carries them all, on MLA targets only.
+MLA_LAYER_OVERHEAD_US = 271.0
+
 #: Bytes a weight; 4-bit formats (MXFP4 as AMD's Quark writes it, NVFP4) at half a byte, their
 #: block scales (one byte per 16-32 weights) left out.
 _DTYPE_BYTES = {"bf16": 2, "fp16": 2, "float16": 2, "bfloat16": 2, "fp8": 1, "fp32": 4, "float32": 4,
@@ -81,6 +100,8 @@ class GPU:
     knee: float = KNEE                  # sharpness of the pass's memory-to-compute knee (cost.blend)
     moe_knee: float = 1.0               # ... of a MoE target's pass: its per-token GEMM time adds to the expert reads
     moe_token_factor: float = 3.2       # a MoE pass's per-token cost over the dense prior's (small grouped GEMMs)
+    moe_layer_overhead_us: float = MOE_LAYER_OVERHEAD_US  # fixed kernels a MoE layer adds to a pass (router, top-k, grouped GEMMs)
+    mla_layer_overhead_us: float = MLA_LAYER_OVERHEAD_US  # fixed kernels an MLA layer adds to a pass (see the constant)
     source: str = "datasheet prior"
 
     def __post_init__(self) -> None:
@@ -96,7 +117,8 @@ class GPU:
             if value is not None and not 0 < value <= 1:
                 raise ConfigError(f"GPU profile {self.name!r}: {name} must be in (0, 1], got {value!r}")
         for name in ("layer_overhead_us", "draft_layer_overhead_us", "draft_pass_overhead_ms", "step_overhead_ms", "spec_overhead_ms",
-                     "sample_us_per_token", "allreduce_latency_us", "non_torch_gib"):
+                     "sample_us_per_token", "allreduce_latency_us", "non_torch_gib", "moe_layer_overhead_us",
+                     "mla_layer_overhead_us"):
             if not getattr(self, name) >= 0:
                 raise ConfigError(f"GPU profile {self.name!r}: {name} must be >= 0")
         _check_knee(f"GPU profile {self.name!r}", self.knee)

@@ -268,6 +268,8 @@ def _per_token_s(row, config) -> float:
         return base / 1e3 / config.output_len
     if unit == "tok_s_gpu":
         return config.batch_size / (config.tp * config.dp * base)
+    if unit == "tok_s":   # the whole run's output tokens a second, at most ``requests`` in flight
+        return min(config.batch_size, config.requests) / base
     if unit == "tpot_ms":
         return base / 1e3
     raise ValidationInputError(f"row {row['id']}: baseline_unit {unit!r} is not e2e_ms, tok_s_gpu or tpot_ms")
@@ -280,7 +282,7 @@ def curve_fit(rows: pd.DataFrame, profiles: str | None = None):
 
     configs = [row_config(r, profiles) for _, r in rows.iterrows()]
     setup = resolve(configs[0])
-    conc = [c.batch_size for c in configs]
+    conc = [min(c.batch_size, c.requests) for c in configs]
     per_token = [_per_token_s(r, c) for (_, r), c in zip(rows.iterrows(), configs)]
     return serve_curve_fit(setup.target_cost, conc, per_token, configs[0].prompt_len, configs[0].output_len)
 
@@ -369,8 +371,9 @@ def evaluate(table: pd.DataFrame, profiles: str | None = None, fit_curves: bool 
         elif row["fit_group"] and not fit_curves:
             calibration += "; datasheet prior"
         published = float(row["published"])
+        role = "calibrated" if fitted and row["gamma"] in ("0", "") else row["role"]
         results[i] = {**row.to_dict(), "simulated": value, "ratio": value / published, "alpha_used": alpha,
-                      "calibration": calibration, "kind": "moe" if setup.target.is_moe else "dense",
+                      "calibration": calibration, "role": role, "kind": "moe" if setup.target.is_moe else "dense",
                       "profile": "prior" if setup.target_cost.source.startswith("datasheet prior") else "calibrated",
                       "load": float(config.batch_size), "draft_kind": _draft_kind(config)}
     out = [results[i] for i in range(len(table))]
@@ -430,7 +433,7 @@ def moe_factor_estimates(table: pd.DataFrame) -> dict[str, list[float]]:
     from specgauge.simulator.cost import PassCost
 
     out: dict[str, list[float]] = {}
-    curves = table[(table["fit_group"] != "") & (table["baseline_unit"] != "tpot_ms")]
+    curves = table[(table["fit_group"] != "") & (table["baseline_unit"] != "tpot_ms") & (table["baseline"] != "")]
     for _, rows in curves.groupby("fit_group", sort=False):
         config = row_config(rows.iloc[0])
         setup = resolve(config)
@@ -442,7 +445,58 @@ def moe_factor_estimates(table: pd.DataFrame) -> dict[str, list[float]]:
     return out
 
 
-def fold_profile(held_out: str, path: str, passes: dict[str, float], moe: dict[str, list[float]]) -> str:
+FIXED_FIELDS = ("moe_layer_overhead_us", "mla_layer_overhead_us")
+
+
+def _overrides(path: str, values: dict[str, float]) -> str:
+    """A profile file setting ``values`` on every known GPU."""
+    from specgauge.simulator.profiles import known_gpus
+
+    with open(path, "w") as handle:
+        handle.write("".join(f'[gpus."{g}"]\n' + "".join(f"{k} = {v!r}\n" for k, v in values.items())
+                             for g in known_gpus()))
+    return path
+
+
+def fixed_cost_estimates(table: pd.DataFrame, workdir: str | None = None) -> dict[str, dict[str, list[float]]]:
+    """The per-layer fixed costs (µs) each published batch-1 time of a MoE deployment without
+    speculation implies, per source: ``moe_layer_overhead_us`` from MoE targets without MLA, then
+    ``mla_layer_overhead_us`` from MLA targets with the MoE layer's median held. Each is the value
+    at which the row's simulated time equals the published one (two simulations; the time is
+    linear in the constant), never below 0."""
+    from specgauge.simulator.core import resolve
+
+    workdir = workdir or tempfile.mkdtemp(prefix="specgauge-fixed-")
+    rows = table[(table["gamma"].isin(["0", ""])) & (table["batch_size"] == "1")
+                 & table["measured"].isin(["tpot_ms", "duration_s", "output_throughput"])]
+    out: dict[str, dict[str, list[float]]] = {name: {} for name in FIXED_FIELDS}
+    held: dict[str, float] = {}
+    for name in FIXED_FIELDS:
+        for _, row in rows.iterrows():
+            target = resolve(row_config(row)).target
+            if not target.is_moe or (name == "mla_layer_overhead_us") != target.is_mla:
+                continue
+            def seconds(x: float) -> float:
+                path = _overrides(os.path.join(workdir, f"fixed-{row['id']}-{name}-{x:g}.toml"), {**held, name: x})
+                value = simulated_value(row, row_config(row, path), None)
+                return 1.0 / value if row["measured"] == "output_throughput" else value
+            published = float(row["published"])
+            published = 1.0 / published if row["measured"] == "output_throughput" else published
+            lo, hi = seconds(0.0), seconds(100.0)
+            x = max(0.0, 100.0 * (published - lo) / (hi - lo)) if hi > lo else 0.0
+            out[name].setdefault(row["source"], []).append(x)
+        held[name] = median_of_sources(out[name])
+    return out
+
+
+def median_of_sources(estimates: dict[str, list[float]], held_out: str | None = None) -> float:
+    """The median over sources (each source's rows averaged first) of a per-layer constant; 0 without any."""
+    values = [float(np.mean(v)) for src, v in estimates.items() if src != held_out]
+    return float(np.median(values)) if values else 0.0
+
+
+def fold_profile(held_out: str, path: str, passes: dict[str, float], moe: dict[str, list[float]],
+                 fixed: dict[str, dict[str, list[float]]] | None = None) -> str:
     """A profile file holding every constant the table taught the simulator, refitted without ``held_out``.
 
     The proposer's per-pass work comes from [1] (as shipped), or from the K sweep when [1] is
@@ -461,6 +515,8 @@ def fold_profile(held_out: str, path: str, passes: dict[str, float], moe: dict[s
         text += f'[gpus."{gpu}"]\ndraft_pass_overhead_ms = {per_pass!r}\n'
         if ratios:
             text += f"moe_token_factor = {math.exp(sum(map(math.log, ratios)) / len(ratios))!r}\n"
+        for name, estimates in (fixed or {}).items():
+            text += f"{name} = {median_of_sources(estimates, held_out)!r}\n"
         if held_out == FIT_SOURCE:
             text += f"draft_layer_overhead_us = {load_gpu(gpu).layer_overhead_us!r}\n"
     if held_out == FIT_SOURCE:
@@ -491,12 +547,13 @@ def loso(table: pd.DataFrame, workdir: str | None = None, user: pd.DataFrame | N
     workdir = workdir or tempfile.mkdtemp(prefix="specgauge-loso-")
     shipped = evaluate(table, workdir=workdir)
     passes, moe = pass_overhead_estimates(table), moe_factor_estimates(table)
+    fixed = fixed_cost_estimates(table, workdir)
     folds = []
     for src in dict.fromkeys(table["source"]):
         rows = table[table["source"] == src]
         if not (rows["role"] == "predicted").any():
             continue
-        path = fold_profile(src, os.path.join(workdir, f"fold{src.strip('[]')}.toml"), passes, moe)
+        path = fold_profile(src, os.path.join(workdir, f"fold{src.strip('[]')}.toml"), passes, moe, fixed)
         fitted = evaluate(rows, path, fit_curves=True, workdir=workdir, reference=table).assign(variant="as published")
         folds.append(fitted)
         if (rows["fit_group"] != "").any() and not rows["baseline"].eq("").all():
