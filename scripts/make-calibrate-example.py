@@ -3,8 +3,10 @@
 They are synthetic, made here from a known step model so that the example shows the fit
 recovering it: c_fixed 4 ms, c_token 30 us, c_kv 50 ns per step on an H100 serving
 Llama-3.1-8B, plus an n-gram proposer costing 1 ms per speculative step and 40 us per
-drafted token (a 2024-era engine: speculation pays at 8 concurrent requests and loses at
-64). Six ``vllm bench latency --output-json`` files (batch 1, 16, 64 x prompt 128, 2048;
+token it drafts or ingests (the prompts of the requests a round admits; a 2024-era engine:
+speculation pays at 8 concurrent requests and loses at 64). Serve runs are closed loops
+whose prefills ride in the decode steps (``fit.closed_loop_equation``, mixed), as the
+simulator's ``--arrival closed`` runs them. Six ``vllm bench latency --output-json`` files (batch 1, 16, 64 x prompt 128, 2048;
 128 output tokens) and four ``vllm bench serve --save-result`` files (no speculation and
 n-gram speculation with gamma 4 at concurrency 8 and 64), in vLLM's key names.
 
@@ -42,14 +44,16 @@ def serve(concurrency: int, speculative: bool) -> dict:
     """A closed-loop run at ``concurrency``: each decode step carries the prompt prefills of the
     requests that replace finished ones (vLLM's mean TPOT leaves the request's own prefill out)."""
     prefills = tpot_prefills(concurrency, OUTPUT)
-    tpot = seconds(closed_loop_equation(concurrency, PROMPT, OUTPUT, 0.0, "", prefills=prefills))
+    tpot = seconds(closed_loop_equation(concurrency, PROMPT, OUTPUT, 0.0, "", prefills=prefills, mixed=True))
     row = {"completed": REQUESTS, "total_input_tokens": REQUESTS * PROMPT, "total_output_tokens": REQUESTS * OUTPUT,
            "max_concurrency": concurrency, "mean_tpot_ms": round(tpot * 1e3, 6)}
-    if speculative:  # a round: the verify pass over gamma + 1 tokens a sequence, the engine's and the proposer's cost
-        kv = concurrency * (PROMPT + OUTPUT / 2)
-        verify = float(TRUE.c_fixed + TRUE.linear(np.array([concurrency * (GAMMA + 1.0)]))[0] + TRUE.c_kv * kv)
-        prefill = prefills * LENGTH * float(TRUE.c_fixed + TRUE.linear(np.array([float(PROMPT)]))[0])
-        round_s = verify + prefill + SPEC_STEP_S + NGRAM_S_PER_TOKEN * concurrency * GAMMA
+    if speculative:  # a round: the verify pass over gamma + 1 tokens a sequence and the prefills it carries, the
+        # engine's and the proposer's cost
+        m = prefills * LENGTH
+        kv = (concurrency - m) * (PROMPT + OUTPUT / 2)
+        tokens = (concurrency - m) * (GAMMA + 1.0) + m * PROMPT
+        verify = float(TRUE.c_fixed + TRUE.linear(np.array([tokens]))[0] + TRUE.c_kv * kv)
+        round_s = verify + SPEC_STEP_S + NGRAM_S_PER_TOKEN * (concurrency * GAMMA + m * PROMPT)
         drafts = REQUESTS * OUTPUT // 2
         row.update(mean_tpot_ms=round(round_s / LENGTH * 1e3, 6), spec_decode_acceptance_length=LENGTH,
                    spec_decode_num_drafts=drafts, spec_decode_draft_tokens=drafts * GAMMA)

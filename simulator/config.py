@@ -99,7 +99,10 @@ class SimulationConfig:
     output_len: int = option(256, "output length in tokens (mean for non-fixed distributions)")
     length_dist: str = option("fixed", "length distribution: " + " | ".join(LENGTH_DISTRIBUTIONS))
     policy: str = option("fixed", f"speculation policy: {POLICY_FORMS}")
-    arrival: str = option("poisson", "arrival process: " + " | ".join(ARRIVALS) + " (with --qps; saturated without)")
+    arrival: str = option("poisson", "arrival process: " + " | ".join(ARRIVALS) + " (with --qps; saturated without: "
+                          "every request waiting at time 0, lock-step waves with fixed lengths); closed: a closed loop "
+                          "at the batch cap in its steady state, prefills interleaved (vllm bench serve "
+                          "--max-concurrency as calibrate reads it), without --qps")
     arrival_cv: float = option(1.0, "coefficient of variation of the gamma arrival process's gaps")
     trace: str | None = option(None, "CSV of arrivals (arrival_s[, prompt_len, output_len]); needs --arrival trace")
     seed: int = option(0, "root seed of every random stream (same seed, same CSV)")
@@ -156,6 +159,9 @@ class SimulationConfig:
             raise ConfigError(f"unknown arrival process {self.arrival!r}; valid: {', '.join(ARRIVALS)}")
         if self.length_dist not in LENGTH_DISTRIBUTIONS:
             raise ConfigError(f"unknown length distribution {self.length_dist!r}; valid: {', '.join(LENGTH_DISTRIBUTIONS)}")
+        if self.arrival == "closed" and self.qps is not None:
+            raise ConfigError(f"--arrival closed is a closed loop at the batch cap (no request rate); drop --qps "
+                              f"{self.qps:g} or use --arrival poisson")
         if self.arrival == "trace" and self.trace is None:
             raise ConfigError("--arrival trace needs a workload trace file (--trace PATH)")
         if self.trace is not None and self.arrival != "trace":
@@ -217,7 +223,7 @@ class SimulationConfig:
             "batch_size": self.batch_size,
             "spec_batch_size": self.spec_batch_size,
             "qps": self.qps,
-            "arrival": "saturated" if self.qps is None and self.arrival != "trace" else self.arrival,
+            "arrival": "saturated" if self.qps is None and self.arrival not in ("trace", "closed") else self.arrival,
             "arrival_cv": self.arrival_cv,
             "requests": self.requests,
             "prompt_len": self.prompt_len,

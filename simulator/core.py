@@ -26,7 +26,7 @@ from specgauge.simulator.policies import NoSpeculation
 from specgauge.simulator.replay import ReplayAcceptance
 from specgauge.simulator.trees import parse_tree, rank_rates, tree_acceptance, tree_shape
 from specgauge.simulator.profiles import GIB, GPU, Model, load_gpu, load_model, load_step_fit
-from specgauge.simulator.workload import Workload, make_workload
+from specgauge.simulator.workload import Workload, closed_loop, make_workload
 
 _BASELINE_KEYS = ("output_throughput", "request_throughput", "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms",
                   "mean_e2el_ms", "p99_tpot_ms", "stable")
@@ -138,6 +138,8 @@ def prepare(config: SimulationConfig) -> Prepared:
                              config.output_len, config.length_dist, config.trace,
                              np.random.default_rng(arrival_ss), np.random.default_rng(length_ss))
     workload = _fit_workload(config, target, workload)
+    if config.arrival == "closed":
+        workload = closed_loop(workload, config.batch_size)
     worst = int((workload.prompt + workload.output).max())
     for blocks, look in ((plan.total_blocks, config.parsed_policy.max_gamma), (plan.total_blocks_no_draft, 0)):
         if -(-(worst + look) // config.block_size) > blocks:
@@ -210,7 +212,7 @@ def build_row(p: Prepared, baseline: RunStats, spec: RunStats | None) -> dict[st
     stats, blocks = (spec, plan.total_blocks) if speculative else (baseline, plan.total_blocks_no_draft)
     metrics = summarise(spec, p.workload, config.parsed_policy.max_gamma) if speculative else base_row
     row: dict[str, float | int | str] = dict(config.columns())
-    row["requests"] = len(p.workload)
+    row["requests"] = p.workload.measured_count
     row.update(metrics)
     row.update({
         "expected_acceptance_length": p.acceptance.expected_tokens_per_pass(config.gamma) if speculative else 1.0,

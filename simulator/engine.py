@@ -69,6 +69,7 @@ class RunStats:
     pos_drafted: np.ndarray | None = None
     pos_accepted: np.ndarray | None = None
     output_tokens: int = 0
+    admitted: np.ndarray | None = None   # when each request joined the batch (a closed loop's send time)
 
 
 class Engine:
@@ -80,7 +81,8 @@ class Engine:
         self.need = -(-(workload.prompt + workload.output + params.lookahead) // params.block_tokens)
         g = max(params.policy.max_gamma, 1)
         self.stats = RunStats(first_token=np.full(n, np.nan), finish=np.full(n, np.nan),
-                              pos_drafted=np.zeros(g + 1, np.int64), pos_accepted=np.zeros(g + 1, np.int64))
+                              pos_drafted=np.zeros(g + 1, np.int64), pos_accepted=np.zeros(g + 1, np.int64),
+                              admitted=np.full(n, np.nan))
         self.free_blocks = params.total_blocks
         # The running batch, in admission order.
         self.req = np.zeros(0, np.int64)
@@ -129,7 +131,7 @@ class Engine:
 
     # -- scheduling ---------------------------------------------------------------------
 
-    def _admit(self) -> None:
+    def _admit(self, t: float) -> None:
         cap = self.p.batch_cap - len(self.req)
         first = self.next_admit
         last = first
@@ -138,6 +140,7 @@ class Engine:
             last += 1
         if last > first:
             ids = np.arange(first, last)
+            self.stats.admitted[ids] = t
             self.req = np.concatenate([self.req, ids])
             self.ctx = np.concatenate([self.ctx, np.zeros(last - first, np.int64)])
             self.rem = np.concatenate([self.rem, self.w.output[first:last]])
@@ -145,7 +148,7 @@ class Engine:
             self.next_admit = last
 
     def _start(self, t: float) -> float | None:
-        self._admit()
+        self._admit(t)
         if not len(self.req):
             return None
         if self.pre.any():

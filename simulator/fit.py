@@ -219,7 +219,7 @@ def fit_step_model(equations: list[Equation], prior: PassCost, knees=KNEES) -> S
 
 
 def closed_loop_equation(concurrency: float, input_len: float, output_len: float, seconds_per_token: float,
-                         label: str, prefills: float | None = None) -> Equation:
+                         label: str, prefills: float | None = None, mixed: bool = False) -> Equation:
     """A closed-loop serving run at ``concurrency``: the time a request spends per output token.
 
     By Little's law a request's life holds its own prefill and, on average, the prefills of
@@ -229,10 +229,25 @@ def closed_loop_equation(concurrency: float, input_len: float, output_len: float
     defaults to ``concurrency / output_len``, for mean end-to-end latency over output tokens
     (or concurrency over output throughput); a mean TPOT leaves the request's own prefill
     out: ``(concurrency - 1) / output_len`` (``tpot_prefills``).
+
+    ``mixed``: the prefills ride in the decode steps, as vLLM's chunked prefill and the
+    simulator schedule them (``simulator.engine``): a step carrying k of them is one pass
+    over the other ``concurrency - k`` sequences' decode tokens and the k prompts, with no
+    launch of its own; with ``share`` = k + f prefills a step on average, a fraction f of
+    the steps carries k + 1. This is what ``--arrival closed`` simulates, so a profile
+    fitted on it gives its serve runs back. Without ``mixed`` each prefill is a pass of its
+    own (SGLang's default scheduler runs prefill batches apart from decode batches).
     """
     share = float(concurrency) / max(float(output_len), 1.0) if prefills is None else float(prefills)
-    decode = (1.0, float(concurrency), float(concurrency) * (input_len + output_len / 2))
-    return Equation((decode, (share, float(input_len), 0.0)), float(seconds_per_token), label)
+    c, prompt = float(concurrency), float(input_len)
+    if mixed:
+        kv = max(c - share, 0.0) * (prompt + output_len / 2)
+        k = math.floor(share)
+        frac = share - k
+        passes = [(1.0 - frac, c - k + k * prompt, kv)] + ([(frac, c - k - 1 + (k + 1) * prompt, kv)] if frac else [])
+        return Equation(tuple(passes), float(seconds_per_token), label)
+    decode = (1.0, c, c * (prompt + output_len / 2))
+    return Equation((decode, (share, prompt, 0.0)), float(seconds_per_token), label)
 
 
 def tpot_prefills(concurrency: float, output_len: float) -> float:

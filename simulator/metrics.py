@@ -62,7 +62,7 @@ def stability(arrival: np.ndarray, first_token: np.ndarray, finish: np.ndarray) 
     arrival = np.asarray(arrival, float)
     n = len(arrival)
     if n < 10 or float(arrival[-1] - arrival[0]) <= 0.0:
-        return Stability(float("nan"), float("nan"), True)
+        return Stability(np.nan, np.nan, True)  # one NaN object: rows of equal runs compare equal
     lo, hi = n // 10, n - 1 - n // 10
     done = np.sort(np.asarray(finish, float))
     offered_span = float(arrival[hi] - arrival[lo])
@@ -79,22 +79,38 @@ def stability(arrival: np.ndarray, first_token: np.ndarray, finish: np.ndarray) 
 
 
 def summarise(stats: RunStats, workload: Workload, gamma_max: int) -> dict[str, float | int]:
-    """vLLM-style latency and throughput metrics plus engine counters for one run."""
-    duration = float(np.nanmax(stats.finish))
-    completed = int(np.isfinite(stats.finish).sum())
+    """vLLM-style latency and throughput metrics plus engine counters for one run.
+
+    A closed loop (``workload.closed_loop``) is measured on its middle requests alone: its
+    rates between their first and last completions (the loop's steady state), its TTFT
+    from when each joined the batch (when the loop sent it)."""
+    m = workload.measured
+    if workload.measured_count == len(workload):
+        duration = float(np.nanmax(stats.finish))
+        completed = int(np.isfinite(stats.finish).sum())
+        output_tokens, input_tokens = int(stats.output_tokens), int(workload.prompt.sum())
+        sent = workload.arrival
+    else:
+        finish = stats.finish[m]
+        completed = int(np.isfinite(finish).sum())
+        rate = (completed - 1) / float(np.nanmax(finish) - np.nanmin(finish)) if completed > 1 else float("nan")
+        duration = completed / rate
+        output_tokens, input_tokens = int(workload.output[m].sum()), int(workload.prompt[m].sum())
+        sent = stats.admitted[m]
     row: dict[str, float | int] = {
         "completed": completed,
         "duration_s": duration,
-        "total_input_tokens": int(workload.prompt.sum()),
-        "total_output_tokens": int(stats.output_tokens),
+        "total_input_tokens": input_tokens,
+        "total_output_tokens": output_tokens,
         "request_throughput": completed / duration,
-        "output_throughput": stats.output_tokens / duration,
-        "total_token_throughput": (stats.output_tokens + int(workload.prompt.sum())) / duration,
+        "output_throughput": output_tokens / duration,
+        "total_token_throughput": (output_tokens + input_tokens) / duration,
     }
-    ttft = stats.first_token - workload.arrival
-    e2el = stats.finish - workload.arrival
+    output = workload.output[m]
+    ttft = stats.first_token[m] - sent
+    e2el = stats.finish[m] - sent
     with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(workload.output > 1, (stats.finish - stats.first_token) / (workload.output - 1), np.nan)
+        tpot = np.where(output > 1, (stats.finish[m] - stats.first_token[m]) / (output - 1), np.nan)
     row.update(_describe("ttft", ttft))
     row.update(_describe("tpot", tpot))
     if stats.itl_values:
@@ -106,7 +122,7 @@ def summarise(stats: RunStats, workload: Workload, gamma_max: int) -> dict[str, 
     else:
         row.update({"mean_itl_ms": float("nan"), "median_itl_ms": float("nan"), "p99_itl_ms": float("nan")})
     row.update(_describe("e2el", e2el))
-    row.update(stability(workload.arrival, stats.first_token, stats.finish).columns())
+    row.update(stability(workload.arrival[m], stats.first_token[m], stats.finish[m]).columns())
     if stats.drafts:
         row["spec_decode_acceptance_rate"] = stats.accepted / int(stats.pos_drafted[1:].sum())
         row["spec_decode_acceptance_length"] = 1.0 + stats.accepted / stats.drafts

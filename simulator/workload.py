@@ -1,7 +1,10 @@
 """Arrivals and request lengths, drawn once per seed and shared by the paired runs.
 
 Arrivals: Poisson (exponential gaps), gamma (bursty; coefficient of variation ``cv``),
-a CSV trace, or saturated (every request waiting at time 0, so the batch stays full).
+a CSV trace, saturated (every request waiting at time 0, so the batch stays full: with
+fixed lengths the batch then runs in lock-step waves, every request prefilled and finished
+together), or closed (``closed_loop``: ``vllm bench serve --max-concurrency`` in its steady
+state, where a finished request's replacement is prefilled while the others decode).
 Lengths: fixed, uniform on [1, 2 x mean - 1], exponential (geometric, mean ``mean``),
 or from the trace. No gap is capped: a Poisson process is exactly that.
 """
@@ -18,7 +21,7 @@ from specgauge import validate
 
 from specgauge.errors import ConfigError, InputFileError
 
-ARRIVALS = ("poisson", "gamma", "trace")
+ARRIVALS = ("poisson", "gamma", "trace", "closed")
 LENGTH_DISTRIBUTIONS = ("fixed", "uniform", "exponential")
 
 
@@ -29,9 +32,36 @@ class Workload:
     arrival: np.ndarray
     prompt: np.ndarray
     output: np.ndarray
+    measured_range: tuple[int, int] | None = None   # the requests the metrics describe (a closed loop's middle)
 
     def __len__(self) -> int:
         return len(self.arrival)
+
+    @property
+    def measured(self) -> slice:
+        return slice(*self.measured_range) if self.measured_range else slice(None)
+
+    @property
+    def measured_count(self) -> int:
+        return len(range(*self.measured.indices(len(self.arrival))))
+
+
+def closed_loop(workload: Workload, concurrency: int) -> Workload:
+    """The requests as a closed loop at ``concurrency`` in its steady state, as calibrate reads a serve run.
+
+    Before them run ``concurrency`` warm-up requests with outputs spread evenly over
+    1..output (their prompts the same), so the requests that replace them start, and with
+    fixed lengths keep finishing, evenly spread: each decode step carries the prefills of
+    ``concurrency / output`` new requests on average rather than all of them at once. After
+    them run ``concurrency`` more, so the batch stays full until the last measured request
+    ends. Only the middle requests are measured; all wait at time 0 (the loop sends a
+    request as soon as a slot frees)."""
+    n, c = len(workload), int(concurrency)
+    mean_out = float(np.mean(workload.output))
+    warm_out = np.maximum(np.round(mean_out * np.arange(1, c + 1) / c), 1).astype(np.int64)
+    prompt = np.concatenate([np.resize(workload.prompt, c), workload.prompt, np.resize(workload.prompt, c)])
+    output = np.concatenate([warm_out, workload.output, np.resize(workload.output, c)])
+    return Workload(np.zeros(n + 2 * c), prompt, output, measured_range=(c, c + n))
 
 
 def _lengths(rng: np.random.Generator, dist: str, mean: int, n: int) -> np.ndarray:
@@ -87,7 +117,7 @@ def make_workload(n: int, qps: float | None, arrival: str, cv: float, prompt_len
         n = len(times)
         prompt = data["prompt"][order] if "prompt" in data else prompt[:n]
         output = data["output"][order] if "output" in data else output[:n]
-    elif qps is None:
+    elif qps is None or arrival == "closed":
         times = np.zeros(n)
     elif arrival == "poisson":
         times = np.cumsum(arrival_rng.exponential(1.0 / qps, size=n))

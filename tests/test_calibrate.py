@@ -12,7 +12,7 @@ from scipy import stats
 from specgauge.reports.cli import main as cli_main
 from specgauge.simulator import IIDAcceptance, SimulationConfig, simulate
 from specgauge.reports.cli.calibrate import calibration_prior
-from specgauge.simulator.fit import fit_step_model, latency_equation, step_equation
+from specgauge.simulator.fit import closed_loop_equation, fit_step_model, latency_equation, step_equation
 from specgauge.simulator.profiles import load_gpu, load_model, load_step_fit
 
 PRIOR = calibration_prior(load_gpu("h100"), load_model("llama-3.1-8b"), 1)
@@ -75,12 +75,14 @@ def test_round_trip_through_the_profile_and_the_simulator(tmp_path, capsys):
     synthetic_steps(np.random.default_rng(5)).to_csv(steps, index=False)
     base, spec = tmp_path / "base.json", tmp_path / "spec.json"
     shape = {"completed": 100, "total_input_tokens": 51_200, "total_output_tokens": 25_600, "max_concurrency": 32}
-    kv = 32 * (512 + 128)
-    # A closed loop: each step also carries (32 - 1) / 256 prompt prefills of 512 tokens.
-    prefill_ms = 31 / 256 * float(TRUE @ [1, 512, 0]) * 1e3
-    base.write_text(json.dumps({**shape, "mean_tpot_ms": float(TRUE @ [1, 32, kv]) * 1e3 + prefill_ms}))
-    round_ms = float(TRUE @ [1, 32 * 4, kv]) * 1e3 + 2.5   # the verify pass + a 2.5 ms proposer
-    spec.write_text(json.dumps({**shape, "mean_tpot_ms": round_ms / 2.5 + prefill_ms,
+    # A closed loop: each step also carries (32 - 1) / 256 prompt prefills of 512 tokens, inside the decode pass.
+    m = 31 / 256
+    base_eq = closed_loop_equation(32, 512, 256, 0.0, "", prefills=m, mixed=True)
+    base.write_text(json.dumps({**shape, "mean_tpot_ms": float(TRUE @ np.array(base_eq.design)) * 1e3}))
+    m *= 2.5   # a round emits 2.5 tokens a sequence, so it carries 2.5 times the prefills
+    verify = float(TRUE @ [1, (32 - m) * 4 + m * 512, (32 - m) * (512 + 128)]) * 1e3
+    round_ms = verify + 2.5   # the verify pass (with the prefills it carries) + a 2.5 ms proposer
+    spec.write_text(json.dumps({**shape, "mean_tpot_ms": round_ms / 2.5,
                                 "spec_decode_acceptance_length": 2.5,
                                 "spec_decode_num_drafts": 1000, "spec_decode_draft_tokens": 3000}))
     out = tmp_path / "mine.toml"
@@ -89,8 +91,12 @@ def test_round_trip_through_the_profile_and_the_simulator(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "worst-case error" in printed and (tmp_path / "mine.png").stat().st_size > 0
     points = pd.read_csv(tmp_path / "mine.points.csv")
-    assert len(points) == 55 and points["relative_error"].abs().max() == pytest.approx(
+    fitted = points[points["relative_error"].notna()]
+    assert len(fitted) == 55 and fitted["relative_error"].abs().max() == pytest.approx(
         float(printed.split("worst-case error ")[1].split("%")[0]) / 100, abs=1e-3)
+    # the serve runs simulated at their own conditions with the written profile come back (the steps are not replayed)
+    served = points[points["measurement"].str.contains("serve")]
+    assert len(served) == 2 and served["round_trip_error"].abs().max() < 0.03, served
     fit = load_step_fit("llama-3.1-8b", "h100-sxm", 1, str(out))
     assert fit.source.startswith("fitted by specgauge calibrate")
     proposer = load_step_fit("eagle:llama-3.1-8b", "h100-sxm", 1, str(out))
@@ -159,6 +165,21 @@ def test_a_custom_gpu_calibrated_once_simulates_from_the_one_output_file(tmp_pat
     assert merged.bandwidth_tb_s == 1.5 and merged.peak_tflops == 364.0
 
 
+def closed_loop_tpot_ms(c, prompt=512, output=128):
+    """A closed loop's mean TPOT under TRUE: each step carries (c - 1) / output prefills inside its pass."""
+    eq = closed_loop_equation(c, prompt, output, 0.0, "", (c - 1) / output, mixed=True)
+    return float(TRUE @ np.array(eq.design)) * 1e3
+
+
+def closed_loop_round_tpot_ms(c, gamma, length, beyond_ms, prompt=512, output=128):
+    """A speculative closed loop's mean TPOT: a round's verify pass carries ``length`` times a step's
+    prefills; ``beyond_ms(prompt_tokens)`` is what the round costs beyond it (engine and proposer),
+    given the prompt tokens the proposer ingests."""
+    m = (c - 1) / output * length
+    verify = float(TRUE @ [1, (c - m) * (gamma + 1) + m * prompt, (c - m) * (prompt + output / 2)]) * 1e3
+    return (verify + beyond_ms(m * prompt)) / length
+
+
 def _serve(path, concurrency, tpot_ms, **spec):
     path.write_text(json.dumps({"completed": 100, "total_input_tokens": 100 * 512, "total_output_tokens": 100 * 128,
                                 "max_concurrency": concurrency, "mean_tpot_ms": tpot_ms, **spec}))
@@ -171,17 +192,14 @@ def test_serve_pairs_at_two_loads_calibrate_a_2024_ngram_slowdown(tmp_path, caps
     # loses at batch 128.
     steps = tmp_path / "steps.csv"
     synthetic_steps(np.random.default_rng(7), noise=0.0).to_csv(steps, index=False)
-    gamma, length, kv_ctx = 4, 2.0, 512 + 64
+    gamma, length = 4, 2.0
     args = ["--steps", str(steps)]
     for c in (1, 128):
-        prefill_ms = (c - 1) / 128 * float(TRUE @ [1, 512, 0]) * 1e3   # a closed loop's prompt prefills a step
-        base = float(TRUE @ [1, c, c * kv_ctx]) * 1e3 + prefill_ms
-        args += ["--serve", _serve(tmp_path / f"base{c}.json", c, base)]
-        round_ms = float(TRUE @ [1, c * (gamma + 1), c * kv_ctx]) * 1e3 + 1.0 + 0.040 * c * gamma
+        args += ["--serve", _serve(tmp_path / f"base{c}.json", c, closed_loop_tpot_ms(c))]
+        tpot = closed_loop_round_tpot_ms(c, gamma, length, lambda prompt_tokens: 1.0 + 0.040 * (c * gamma + prompt_tokens))
         spec = {"spec_decode_acceptance_length": length, "spec_decode_num_drafts": 1000,
                 "spec_decode_draft_tokens": 1000 * gamma}
-        args += ["--serve", _serve(tmp_path / f"spec{c}.json", c, round_ms / length + prefill_ms, **spec)
-                 + ":draft=ngram"]
+        args += ["--serve", _serve(tmp_path / f"spec{c}.json", c, tpot, **spec) + ":draft=ngram"]
     out = tmp_path / "old-vllm.toml"
     assert cli_main(["calibrate", "--gpu", "h100", "--target", "llama-3.1-8b", "--out", str(out)] + args) == 0
     assert "per speculative step" in capsys.readouterr().out
@@ -272,18 +290,17 @@ def test_sglang_bench_serving_results_calibrate_like_vllms(tmp_path, capsys):
     speculative file is refused in one line."""
     steps = tmp_path / "steps.csv"
     synthetic_steps(np.random.default_rng(7), noise=0.0).to_csv(steps, index=False)
-    gamma, length, kv_ctx = 4, 2.0, 512 + 64
+    gamma, length = 4, 2.0
     vllm_args, sglang_args = ["--steps", str(steps)], ["--steps", str(steps)]
     for c in (1, 128):
-        prefill_ms = (c - 1) / 128 * float(TRUE @ [1, 512, 0]) * 1e3
-        base = float(TRUE @ [1, c, c * kv_ctx]) * 1e3 + prefill_ms
-        round_ms = float(TRUE @ [1, c * (gamma + 1), c * kv_ctx]) * 1e3 + 1.0 + 0.040 * c * gamma
+        base = closed_loop_tpot_ms(c)
+        tpot = closed_loop_round_tpot_ms(c, gamma, length, lambda prompt_tokens: 1.0 + 0.040 * (c * gamma + prompt_tokens))
         vllm_args += ["--serve", _serve(tmp_path / f"vb{c}.json", c, base),
-                      "--serve", _serve(tmp_path / f"vs{c}.json", c, round_ms / length + prefill_ms,
+                      "--serve", _serve(tmp_path / f"vs{c}.json", c, tpot,
                                         spec_decode_acceptance_length=length, spec_decode_num_drafts=1000,
                                         spec_decode_draft_tokens=1000 * gamma) + ":draft=ngram"]
         sglang_args += ["--serve", _serve(tmp_path / f"sb{c}.json", c, base, accept_length=None),
-                        "--serve", _serve(tmp_path / f"ss{c}.json", c, round_ms / length + prefill_ms,
+                        "--serve", _serve(tmp_path / f"ss{c}.json", c, tpot,
                                           accept_length=length) + f":draft=ngram,gamma={gamma}"]
     fits = []
     for name, args in (("vllm", vllm_args), ("sglang", sglang_args)):

@@ -9,24 +9,21 @@ import pytest
 from specgauge.reports.cli import main as cli_main
 from specgauge.simulator import IIDAcceptance, SimulationConfig, simulate
 from specgauge.simulator.profiles import load_step_fit
-from tests.test_calibrate import TRUE, _serve, synthetic_steps
+from tests.test_calibrate import _serve, closed_loop_round_tpot_ms, closed_loop_tpot_ms, synthetic_steps
 
 PASS_MS, STEP_MS = 0.9, 0.4     # the engine's per speculative step and the proposer's per pass
 
 
 def _runs(tmp_path, gammas, concurrencies=(1, 8), length=2.2):
     """vLLM-like serve pairs: a round costs the verify pass + STEP_MS + PASS_MS per draft pass."""
-    kv_ctx = 512 + 64
     args = []
     for c in concurrencies:
-        prefill_ms = (c - 1) / 128 * float(TRUE @ [1, 512, 0]) * 1e3
-        args += ["--serve", _serve(tmp_path / f"base{c}.json", c, float(TRUE @ [1, c, c * kv_ctx]) * 1e3 + prefill_ms)]
+        args += ["--serve", _serve(tmp_path / f"base{c}.json", c, closed_loop_tpot_ms(c))]
         for gamma in gammas:
-            round_ms = float(TRUE @ [1, c * (gamma + 1), c * kv_ctx]) * 1e3 + STEP_MS + PASS_MS * gamma
+            tpot = closed_loop_round_tpot_ms(c, gamma, length, lambda _: STEP_MS + PASS_MS * gamma)
             spec = {"spec_decode_acceptance_length": length, "spec_decode_num_drafts": 1000,
                     "spec_decode_draft_tokens": 1000 * gamma}
-            args += ["--serve", _serve(tmp_path / f"spec{c}-{gamma}.json", c, round_ms / length + prefill_ms, **spec)
-                     + ":draft=eagle"]
+            args += ["--serve", _serve(tmp_path / f"spec{c}-{gamma}.json", c, tpot, **spec) + ":draft=eagle"]
     return args
 
 

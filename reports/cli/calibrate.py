@@ -170,7 +170,105 @@ def steps_equations(path: Path, model: str) -> list[Equation]:
             for i, r in enumerate(frame.itertuples(index=False))]
 
 
-def latency_equation_from(text: str) -> Equation:
+#: a fitted profile simulated at a measurement's conditions must give it back within this (relative)
+ROUND_TRIP_TOLERANCE = 0.03
+
+
+@dataclasses.dataclass(frozen=True)
+class Replay:
+    """How to simulate one measurement: the configuration's fields (beside the profile's GPU, model
+    and TP), the simulated column that answers it, and what divides that column to give the
+    measured number's unit (a latency run's steps)."""
+
+    label: str
+    fields: tuple[tuple[str, Any], ...]
+    column: str
+    per: float = 1.0
+
+
+def latency_replay(label: str, batch: int, input_len: int, output_len: int) -> Replay:
+    """A ``vllm bench latency`` run: one batch, prefilled in one pass, decoded together; its time per step."""
+    return Replay(label, (("batch_size", batch), ("requests", batch), ("prompt_len", input_len),
+                          ("output_len", output_len), ("max_batched_tokens", max(8192, batch * input_len)),
+                          ("draft", None), ("gamma", 0)),
+                  "mean_e2el_ms", float(max(output_len, 1)))
+
+
+def serve_replay(label: str, concurrency: float, input_len: float, output_len: float, requests: float,
+                 draft: str | None = None, gamma: int = 0, accepted_length: float = 1.0) -> Replay:
+    """A ``vllm bench serve --max-concurrency`` run: the simulator's steady closed loop (``--arrival closed``);
+    a speculative one at the i.i.d. α whose tokens a round match its accepted length, without empty proposals."""
+    fields: list[tuple[str, Any]] = [("batch_size", int(round(concurrency))), ("requests", int(min(requests, 400))),
+                                     ("prompt_len", max(int(round(input_len)), 1)),
+                                     ("output_len", max(int(round(output_len)), 2)), ("arrival", "closed")]
+    if draft is None:
+        fields += [("draft", None), ("gamma", 0)]
+    else:
+        fields += [("draft", draft), ("gamma", gamma), ("empty_proposals", 0.0),
+                   ("alpha", alpha_for_length(accepted_length, gamma))]
+    return Replay(label, tuple(fields), "mean_tpot_ms")
+
+
+def alpha_for_length(length: float, gamma: int) -> float:
+    """The i.i.d. α whose (1 − α^(γ+1)) / (1 − α) equals ``length`` (bisection; 0 and 1 at the ends)."""
+    from specgauge.laws import tokens_per_pass
+
+    if length <= 1.0:
+        return 0.0
+    if length >= gamma + 1:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if tokens_per_pass(mid, gamma) < length else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def round_trip(replays: list[Replay], measured_ms: dict[str, float], gpu: str, target: str, tp: int,
+               profiles: str) -> pd.DataFrame:
+    """Each measurement simulated with the written profile at its own conditions."""
+    from specgauge.simulator import SimulationConfig, simulate
+    from specgauge.simulator.acceptance import IIDAcceptance
+
+    rows = []
+    for replay in replays:
+        fields = dict(replay.fields)
+        if "alpha" in fields:
+            fields["acceptance"] = IIDAcceptance(fields.pop("alpha"))
+        config = SimulationConfig(gpu=gpu, target=target, tp=tp, profiles=profiles, **fields)
+        value = float(simulate(config)[replay.column]) / replay.per
+        rows.append({"measurement": replay.label, "simulated_ms": value,
+                     "round_trip_error": value / measured_ms[replay.label] - 1.0})
+    return pd.DataFrame(rows, columns=["measurement", "simulated_ms", "round_trip_error"])
+
+
+def round_trip_lines(points: pd.DataFrame, fit: StepModelFit) -> list[str]:
+    """The round trip in words: how many measurements the simulated profile gives back within
+    ``ROUND_TRIP_TOLERANCE``, and for each it does not, why."""
+    simulated = points[points["simulated_ms"].notna()]
+    if not len(simulated):
+        return ["round trip: none of these measurements can be simulated (timed steps are the fit's own equations)"]
+    errors = simulated["round_trip_error"].abs()
+    lines = [f"round trip: the profile simulated at each measurement's conditions (serve runs as --arrival closed) "
+             f"gives {int((errors <= ROUND_TRIP_TOLERANCE).sum())} of {len(simulated)} back within "
+             f"{ROUND_TRIP_TOLERANCE:.0%} (worst {errors.max():.1%})"]
+    for _, row in simulated[errors > ROUND_TRIP_TOLERANCE].iterrows():
+        fitted = row.get("relative_error")
+        if pd.notna(fitted) and abs(fitted) > ROUND_TRIP_TOLERANCE:
+            why = f"the step model itself misses it by {fitted:+.1%}: its form cannot reach this point"
+        elif pd.isna(fitted):
+            why = ("its speculative cost is the split of the proposer's runs (per speculative step, per draft pass, "
+                   "per drafted token), which fits these runs only as well as that split can")
+        else:
+            why = (f"the fit's equation gives it within {fitted:+.1%}, so the simulated schedule differs from the "
+                   "equation's (prefill chunks, the batch's lengths, acceptance drawn per round)")
+        lines.append(f"  cannot reproduce {row['measurement']}: simulated {row['simulated_ms']:.4g} ms against "
+                     f"{row['measured_ms']:.4g} measured ({row['round_trip_error']:+.1%}): {why}")
+    return lines
+
+
+def latency_measurement(text: str) -> tuple[Equation, Replay]:
+    """A ``--latency`` argument: its equation and how to simulate it."""
     path, options = check_spec_options(text, {"batch": int, "input": int, "output": int})
     data = check_json_object(path)
     shape = {key: options.get(key, data.get(name)) for key, name in
@@ -182,8 +280,9 @@ def latency_equation_from(text: str) -> Equation:
         batch, input_len, output_len = (int(shape[k]) for k in ("batch", "input", "output"))
     except (TypeError, ValueError):
         raise CalibrateError(f"{str(path)!r}: batch_size, input_len and output_len must be integers") from None
-    return latency_equation(batch, input_len, output_len, _number(data, "avg_latency", str(path)),
-                            f"{path.name} (latency, batch {batch})")
+    label = f"{path.name} (latency, batch {batch})"
+    return (latency_equation(batch, input_len, output_len, _number(data, "avg_latency", str(path)), label),
+            latency_replay(label, batch, input_len, output_len))
 
 
 #: The accepted length a speculative serve result records: vLLM's key, then ``sglang.bench_serving``'s
@@ -226,6 +325,13 @@ class SpecRun:
     concurrency: float
     gamma: int
     extra_s: float
+    prefill_tokens: float = 0.0   # prompt tokens a round's proposer ingests (the prefills the round carries)
+
+    @property
+    def proposer_tokens(self) -> float:
+        """Tokens the proposer handles a round: γ drafted a sequence and the carried prompts, which the
+        simulator prices at the same per-token cost (``drafts.RoundFitDraft.prefill``)."""
+        return self.concurrency * self.gamma + self.prefill_tokens
 
 
 def spec_run(fit: StepModelFit, data: dict[str, Any], where: str, draft: str, *, model: Model,
@@ -234,13 +340,14 @@ def spec_run(fit: StepModelFit, data: dict[str, Any], where: str, draft: str, *,
     concurrency, input_len, output_len, tpot = check_serve_result(data, where)
     accepted_length = _number(data, accepted_length_key(data) or ACCEPTED_LENGTH_KEYS[0], where)
     gamma = _spec_gamma(data, where, gamma)
-    kv = concurrency * (input_len + output_len / 2)
-    verify = float(fit.predict(concurrency * (gamma + 1), kv))
-    # A round carries the prompt prefills of the requests that replace finished ones meanwhile.
-    prefill = tpot_prefills(concurrency, output_len) * accepted_length * float(fit.predict(input_len, 0.0))
+    # A round carries the prompt prefills of the requests that replace finished ones meanwhile, inside its
+    # verify pass (``fit.closed_loop_equation``, mixed): m of them, the other sequences verifying γ + 1 tokens.
+    m = min(tpot_prefills(concurrency, output_len) * accepted_length, concurrency - 1.0)
+    kv = (concurrency - m) * (input_len + output_len / 2)
+    verify = float(fit.predict((concurrency - m) * (gamma + 1) + m * input_len, kv))
     kind = draft_kind(draft)
     proposer = load_model(draft, profiles).name if kind == "model" else f"{kind}:{model.name}"
-    return SpecRun(where, kind, proposer, concurrency, gamma, tpot * accepted_length - verify - prefill)
+    return SpecRun(where, kind, proposer, concurrency, gamma, tpot * accepted_length - verify, m * input_len)
 
 
 def split_speculation(runs: list[SpecRun]) -> tuple[float | None, dict[str, tuple[float, float, float]], str]:
@@ -263,8 +370,8 @@ def split_speculation(runs: list[SpecRun]) -> tuple[float | None, dict[str, tupl
         columns = {"step": [1.0] * len(group)}
         if len(gammas) >= 2:
             columns["pass"] = [float(r.gamma) for r in group]
-        if len({r.concurrency for r in group}) >= 2 or len({r.concurrency * r.gamma for r in group}) >= 2:
-            columns["token"] = [r.concurrency * r.gamma for r in group]
+        if len({r.concurrency for r in group}) >= 2 or len({r.proposer_tokens for r in group}) >= 2:
+            columns["token"] = [r.proposer_tokens for r in group]
         a = np.array(list(columns.values())).T
         while a.shape[1] > 1 and (np.linalg.matrix_rank(a) < a.shape[1] or a.shape[0] < a.shape[1]):
             columns.pop("token" if "token" in columns else "pass")
@@ -284,7 +391,7 @@ def split_speculation(runs: list[SpecRun]) -> tuple[float | None, dict[str, tupl
         if "pass" in fitted:
             parts.append(f"{fitted['pass'] * 1e3:.3g} ms per draft pass")
         if "token" in fitted:
-            parts.append(f"{fitted['token'] * 1e6:.3g} us per drafted token")
+            parts.append(f"{fitted['token'] * 1e6:.3g} us per proposer token (drafted, or a carried prompt's)")
         loads = len({r.concurrency for r in group})
         notes.append(f"{proposer}: {len(group)} runs at {loads} load{'s' if loads > 1 else ''}"
                      + (f" and {len(gammas)} draft lengths" if len(gammas) > 1 else "") + ": " + " + ".join(parts))
@@ -364,7 +471,9 @@ def fit_and_write(args: argparse.Namespace, argv: list[str] | None, out: Path) -
     equations: list[Equation] = []
     for path in args.steps:
         equations += steps_equations(Path(path), model.name)
-    equations += [latency_equation_from(text) for text in args.latency]
+    latency = [latency_measurement(text) for text in args.latency]
+    equations += [equation for equation, _ in latency]
+    replays: list[Replay] = [replay for _, replay in latency]
     speculative: list[tuple[dict[str, Any], str, str, int | None]] = []
     for text in args.serve:
         path, options = check_spec_options(text, {"draft": str, "gamma": int})
@@ -376,8 +485,10 @@ def fit_and_write(args: argparse.Namespace, argv: list[str] | None, out: Path) -
             speculative.append((data, str(path), options["draft"], options.get("gamma")))
             continue
         concurrency, input_len, output_len, tpot = check_serve_result(data, str(path))
-        equations.append(closed_loop_equation(concurrency, input_len, output_len, tpot, f"{path.name} (serve TPOT)",
-                                              prefills=tpot_prefills(concurrency, output_len)))
+        label = f"{path.name} (serve TPOT)"
+        equations.append(closed_loop_equation(concurrency, input_len, output_len, tpot, label,
+                                              prefills=tpot_prefills(concurrency, output_len), mixed=True))
+        replays.append(serve_replay(label, concurrency, input_len, output_len, _number(data, "completed", label)))
     if not equations:
         raise CalibrateError("nothing to fit: give --steps, --latency or --serve files without speculation")
     fit = fit_step_model(equations, calibration_prior(gpu, model, args.tp))
@@ -400,9 +511,9 @@ def fit_and_write(args: argparse.Namespace, argv: list[str] | None, out: Path) -
                   f"error {fit.worst_error:.1%}{held}"})
     for proposer, (round_s, token_s, pass_s) in proposers.items():
         if round_s <= 0 and token_s <= 0 and pass_s <= 0:
-            print(f"warning: {proposer}: a round costs no more than its verify pass and overhead; no proposer cost "
-                  "written")
-            continue
+            print(f"note: {proposer}: its runs cost no more than the verify pass and the per-step overhead, so its "
+                  "table is written with every cost 0: simulate charges this proposer nothing (without the table it "
+                  "would price it from its shape, the datasheet prior)")
         text += "\n" + toml_table("steps", step_key(proposer, gpu.name, args.tp), {
             "c_fixed_ms": round_s * 1e3, "c_pass_ms": pass_s * 1e3, "c_token_us": token_s * 1e6, "c_kv_ns": 0.0,
             "per_round": True,
@@ -410,6 +521,20 @@ def fit_and_write(args: argparse.Namespace, argv: list[str] | None, out: Path) -
     write_bytes_atomic(out, text.encode())
     points = pd.DataFrame({"measurement": fit.labels, "measured_ms": fit.measured * 1e3,
                            "fitted_ms": fit.fitted * 1e3, "relative_error": fit.relative_error})
+    measured_ms = dict(zip(fit.labels, fit.measured * 1e3))
+    for data, where, draft, gamma in speculative:
+        concurrency, input_len, output_len, tpot = check_serve_result(data, where)
+        g = _spec_gamma(data, where, gamma)
+        label = f"{Path(where).name} (serve TPOT, {draft} γ={g})"
+        measured_ms[label] = tpot * 1e3
+        points = pd.concat([points, pd.DataFrame([{"measurement": label, "measured_ms": tpot * 1e3}])],
+                           ignore_index=True)
+        replays.append(serve_replay(label, concurrency, input_len, output_len, _number(data, "completed", where),
+                                    draft=draft, gamma=g, accepted_length=_number(
+                                        data, accepted_length_key(data) or ACCEPTED_LENGTH_KEYS[0], where)))
+    trip = round_trip(replays, measured_ms, gpu.name, model.name, args.tp,
+                      ",".join(filter(None, [args.profiles, str(out)])))
+    points = points.merge(trip, on="measurement", how="left")
     points_path = out.with_suffix(".points.csv")
     write_csv_atomic(points, points_path, {"command": "calibrate", "arguments": argv, "profile": out.name})
     print(points.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
@@ -420,6 +545,8 @@ def fit_and_write(args: argparse.Namespace, argv: list[str] | None, out: Path) -
     if split_note:
         print(f"speculation: {split_note}")
     print(f"worst-case error {fit.worst_error:.1%}, RMS {fit.rms_error:.1%} over {len(equations)} measurements")
+    for line in round_trip_lines(points, fit):
+        print(line)
     print(f"wrote {out} and {points_path}")
     if args.plot:
         from specgauge.plotting import pyplot, save_figure
