@@ -124,8 +124,9 @@ def test_samples_cut_to_two_tokens_give_an_honest_verdict(tmp_path, capsys):
     run = _probe(tmp_path / "cut.jsonl", FakeOpenAI(cut_to=2), samples=200)
     status = cli.main(["compare", str(run), "--csv", str(tmp_path / "c.csv")])
     out = capsys.readouterr().out
-    assert "800 of 800 samples cut short" in out and "800 with finish_reason 'length'" in out
-    assert "untested (no sample reached them): position-given-prefix[pos2]" in out
+    assert "800 of 800 samples have fewer than 3 tokens" in out and "800 with finish_reason 'length'" in out
+    assert "untested (no sample reached them, or none whose token and law are known): " \
+           "position-given-prefix[pos2]" in out
     assert status == 0  # what was tested passed; the note and the untested position say what was not
 
 
@@ -202,3 +203,56 @@ def test_requests_of_an_older_file_are_inferred_from_consecutive_lines(tmp_path)
     old = type(run)(run.header, [{k: v for k, v in r.items() if k != "r"} for r in run.records], None)
     inferred = request_ids(old)
     assert len(set(zip(with_r, inferred))) == len(set(with_r)) == len(set(inferred))  # the same partition
+
+
+def test_a_pass_is_not_over_read(tmp_path, capsys):
+    """A row that detects nothing (a bound of 1) is untested, not passed; measured TV shows beside a FAIL only;
+    the verdict ends with one plain line; a run of token ids says so."""
+    run = _probe(tmp_path / "run.jsonl", FakeOpenAI(seed=2), samples=60)
+    status = cli.main(["compare", str(run), "--csv", str(tmp_path / "c.csv")])
+    out = capsys.readouterr().out
+    table = [line.split() for line in out.splitlines() if line.lstrip().startswith(("first-tokens-law",
+                                                                                      "position-given-prefix"))]
+    assert status == 0 and table
+    assert all(row[2] == "untested" for row in table if row[0] == "first-tokens-law"), out
+    assert all(row[-1] == "NaN" for row in table), out  # no measured TV on a row that did not fail
+    assert "worst-case TV <= 1 " not in out and "no worst-case bound" in out
+    last = out.strip().splitlines()[-2]  # then the certificate's path
+    assert last.startswith("with these samples") and "from the law the server reports" in last, out
+    cert = one_sample_logprobs(read_probe(run))
+    assert cert.unit == "ids"
+
+
+def test_the_plain_line_names_the_figure_that_could_go_unnoticed(tmp_path):
+    a = read_probe(_probe(tmp_path / "a.jsonl", FakeOpenAI(seed=3), samples=200))
+    b = read_probe(_probe(tmp_path / "b.jsonl", FakeOpenAI(seed=4), samples=200))
+    lines = two_sample(a, b).verdict().splitlines()
+    assert lines[-1].startswith("with these samples, a binned difference (not a worst case) smaller than ")
+    assert "between speculation on and off could go unnoticed; at least " in lines[-1]
+    assert lines[-1].endswith("would have been caught with probability 0.999")
+
+
+def test_every_logprobs_row_names_the_reported_law(tmp_path):
+    cert = one_sample_logprobs(read_probe(_probe(tmp_path / "a.jsonl", FakeOpenAI(seed=3), samples=100)))
+    rows = cert.frame[cert.frame["check"] != "choices-within-request-independent"]
+    assert rows["detectable"].str.endswith("[against the law the server reports]").all()
+    assert "against the law the server reports" in " ".join(cert.notes)
+
+
+def test_the_fake_server_without_uvicorn_names_the_extra(monkeypatch, capsys):
+    from specgauge.fixtures import fake_openai
+
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # not installed
+    with pytest.raises(SystemExit) as stop:
+        fake_openai.main(["8765"])
+    err = capsys.readouterr().err.strip()
+    assert stop.value.code == 2 and len(err.splitlines()) == 1 and "pip install 'specgauge[serve]'" in err
+
+
+def test_probe_help_says_the_inexact_run_is_stopped(capsys):
+    try:
+        cli.main(["probe", "--help"])
+    except SystemExit:
+        pass
+    text = " ".join(capsys.readouterr().out.split())
+    assert "a run that looks inexact is stopped early" in text

@@ -50,10 +50,11 @@ def test_a_text_only_server_is_counted_in_the_models_tokens():
     run = _run(["Paris!", "Rome."] * 3, 2)
     tokenize = list  # characters stand for a model's sub-word tokens here
     assert unit_kind(run) == "words" and unit_kind(run, tokenize=tokenize) == "model tokens"
-    assert "6 of 6 samples cut short" in truncation_note(run, "words")[0]
+    assert "6 of 6 samples have fewer than 2 tokens" in truncation_note(run, "words")[0]
     assert truncation_note(run, "model tokens", tokenize=tokenize) == []
     short = _run(["P"] * 2 + ["Pa"] * 4, 2, finish="stop")
-    assert "2 of 6 samples cut short" in truncation_note(short, "model tokens", tokenize=tokenize)[0]
+    note = truncation_note(short, "model tokens", tokenize=tokenize)[0]
+    assert "2 of 6 samples have fewer than 2 tokens" in note and "2 stopped at an end of sequence" in note
     merged = _run(["P"] * 2 + ["Pa"] * 4, 2)  # finish 'length': the server made 2 tokens, the text re-counts 1
     note = truncation_note(merged, "model tokens", tokenize=tokenize)[0]
     assert "not capped" in note and "the server capped them" not in note

@@ -99,8 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     sized = parser.add_argument_group("sized for a worst-case guarantee")
     sized.add_argument("--guarantee", type=tv_value, default=None, metavar="TV",
                        help="draw what the identity test needs to state this worst-case TV at every prompt's first "
-                            "position (a pilot first, then the plan and its time; an exact-looking run is failed "
-                            "early by an anytime-valid test); needs --reference or --top-logprobs")
+                            "position (a pilot first, then the plan and its time; a run that looks inexact is "
+                            "stopped early, exit 1, by an anytime-valid test that stops an exact server with "
+                            "probability at most --false-fail); needs --reference or --top-logprobs")
     sized.add_argument("--reference", default=None, metavar="MODEL_DIR",
                        help="local model directory of the served model: the first-position laws, before any request")
     sized.add_argument("--false-fail", type=rate_value, default=1e-6,
@@ -162,15 +163,22 @@ def _sized(args, cfg: ProbeConfig, prompts: list[str], client: ClientConfig, pro
         ref = ReferenceModel(args.reference, temperature=cfg.temperature or 1.0, top_k=cfg.top_k, top_p=cfg.top_p,
                              min_p=cfg.min_p)
         laws = first_token_laws(ref, prompts, cfg.endpoint == "chat")
-        first_token = first_token_of(args.reference, cfg.max_tokens)
+        first_token = first_token_of(args.reference, cfg.max_tokens, bool(cfg.stop))
     else:
+        from specgauge.stattests.server.compare import logprob_cells, stopped_at_end
+
         laws, names = _pilot_laws(run, len(prompts))
+        end = logprob_cells(run)[5]  # the end of sequence's name in the lists (None: the rest cell)
+        stop_strings = bool(cfg.stop)
 
         def first_token(record):
             tokens = record.get("tokens")
-            if not tokens or not names[record["p"]]:
-                return None
-            return names[record["p"]].get(tokens[0], len(names[record["p"]]))
+            cells = names[record["p"]]
+            if not tokens and not record["text"] and stopped_at_end(record, stop_strings):
+                return cells.get(end, len(cells))  # it stopped at once: it drew the end
+            if not tokens:
+                return None  # not known: the early test stops betting on this prompt
+            return cells.get(tokens[0], len(cells))
     rate = planning_rate(args.false_fail, len(prompts), cfg.max_tokens)
     plan = SizedPlan(args.guarantee, rate, tuple(draws_for(args.guarantee, laws, rate)))
     speed = pilot.samples_per_second if pilot.drawn and np.isfinite(pilot.samples_per_second) else None

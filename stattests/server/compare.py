@@ -94,48 +94,81 @@ class ServerCertificate:
         return self.certificate.frame
 
     def verdict(self) -> str:
-        """One PASS or FAIL line; a FAIL quotes the failing check's own p-value."""
+        """One PASS or FAIL line (a FAIL quotes the failing check's own p-value), what the worst-case
+        rows state, and one plain line saying what the samples could and could not have missed."""
         f = self.frame
         total = float(f["false_fail_rate"].sum())
         what = _WHAT[self.mode]
-        kinds = f["detectable"].map(_KIND)
+        kinds = f["detectable"].map(_kind)
         failed = f[f["verdict"] == "fail"]
         if not failed.empty:
             first = failed.iloc[0]
             tv = float(first["observed"])
-            size = (f"measured TV {tv:.3g}, " if _KIND[first["detectable"]] in _MEASURED
+            size = (f"measured TV {tv:.3g}, " if _kind(first["detectable"]) in _MEASURED
                     and math.isfinite(tv) else f"statistic {float(first['statistic']):.4g}, ")
             where = f"[{first['position']}]" if first["position"] else ""
             return (f"FAIL ({self.mode}: {what}): {', '.join(dict.fromkeys(failed['check']))} rejected exactness "
-                    f"at false-fail {total:.1g} ({first['check']}{where}: {size}p-value {float(first['pvalue']):.3g})")
-        untested = [f"{c}[{p}]" if p else c for c, p in f.loc[f["verdict"] == "untested", ["check", "position"]].values]
-        gap = f"; untested (no sample reached them): {', '.join(untested)}" if untested else ""
+                    f"at false-fail {total:.1g} ({first['check']}{where}: {size}p-value {float(first['pvalue']):.3g})"
+                    f"\nthese samples are off {_AGAINST[self.mode]}: an exact server fails this way with probability at "
+                    f"most {total:.1g}")
         joint = f[kinds.isin(("joint", "joint-topk"))]
+        gaps = f[(f["verdict"] == "untested") & ~kinds.isin(("joint", "joint-topk"))]
+        untested = [f"{c}[{p}]" if p else c for c, p in gaps[["check", "position"]].values]
+        gap = (f"; untested (no sample reached them, or none whose token and law are known): {', '.join(untested)}"
+               if untested else "")
+        line = f"PASS ({self.mode}: {what}): no discrepancy found at false-fail {total:.1g}{gap}"
         if not joint.empty:
-            return f"PASS ({self.mode}: {what}): no discrepancy found at false-fail {total:.1g}{gap}\n" + \
-                self._worst_case(f, kinds, joint)
+            return f"{line}\n{self._worst_case(f, kinds, joint)}"
         tv_rows = f[kinds.isin(("conditional", "homogeneity")) & (f["verdict"] == "pass")]
         head = tv_rows.iloc[0] if not tv_rows.empty else f.iloc[0]
         where = f"[{head['position']}]" if head["position"] else ""
-        return (f"PASS ({self.mode}: {what}): no discrepancy found at false-fail {total:.1g}; {head['check']}{where} "
-                f"could detect {_SHORT[_KIND[head['detectable']]]} >= {float(head['min_detectable_tv']):.3g} with "
-                f"power {1 - DEFAULT_FALSE_PASS:g} (n {int(head['n'])}, tokens as {self.unit}){gap}")
+        figure = float(head["min_detectable_tv"])
+        return (f"{line}; {head['check']}{where} could detect {_SHORT[_kind(head['detectable'])]} >= {figure:.3g} "
+                f"with power {1 - DEFAULT_FALSE_PASS:g} (n {int(head['n'])}, tokens as {self.unit})\n"
+                + self._plain(figure, "a binned difference (not a worst case) "))
 
+    def _plain(self, figure: float, kind: str = "") -> str:
+        """The verdict's last line, in words."""
+        if not figure < 1:
+            return (f"with these samples no difference {_BETWEEN[self.mode]} is sure to be caught: more samples "
+                    f"are needed (probe --guarantee TV plans them)")
+        return (f"with these samples, {kind}smaller than {figure:.3g} {_BETWEEN[self.mode]} could go unnoticed; "
+                f"at least {figure:.3g} would have been caught with probability {1 - DEFAULT_FALSE_PASS:g}")
 
     def _worst_case(self, f, kinds, joint) -> str:
         """What the identity rows state: the worst context tested, and the first tokens' law per prompt."""
         contexts = f[kinds.isin(("identity", "identity-topk"))]
-        topk = _KIND[joint.iloc[0]["detectable"]] == "joint-topk"
+        topk = _kind(joint.iloc[0]["detectable"]) == "joint-topk"
         over = " over the top-k tokens plus the rest as one cell" if topk else ""
+        against = " against the law the server reports" if self.mode == "logprobs" else ""
         worst = joint.iloc[int(np.argmax(joint["min_detectable_tv"].to_numpy(float)))]
-        law = (f"  first {self.length} tokens' law of every prompt{over}: worst-case TV <= "
-               f"{float(worst['min_detectable_tv']):.3g} (chain rule; worst {worst['position']}: {worst['message']})")
+        bound = float(worst["min_detectable_tv"])
+        if bound < 1:
+            law = (f"  first {self.length} tokens' law of every prompt{over}{against}: worst-case TV <= {bound:.3g} "
+                   f"(chain rule; worst {worst['position']}: {worst['message']})")
+        else:
+            law = (f"  first {self.length} tokens' law: no worst-case bound (untested contexts carry too much of "
+                   f"the mass; worst {worst['position']}: {worst['message']})")
         if contexts.empty:
-            return f"  no context had the draws to state TV {self.target_tv:g}: no worst-case guarantee\n{law}"
+            return (f"  no context had the draws to state TV {self.target_tv:g}: no worst-case guarantee\n{law}\n"
+                    + self._plain(1.0))
         head = contexts.iloc[int(np.argmax(contexts["min_detectable_tv"].to_numpy(float)))]
-        return (f"  {len(contexts)} contexts tested: each next-token law at worst-case TV <= "
-                f"{float(head['min_detectable_tv']):.3g}{over} (worst {head['position']}, n {int(head['n'])}, "
-                f"tokens as {self.unit})\n{law}")
+        figure = float(head["min_detectable_tv"])
+        return (f"  {len(contexts)} contexts tested: each next-token law{against} at worst-case TV <= "
+                f"{figure:.3g}{over} (worst {head['position']}, n {int(head['n'])}, tokens as {self.unit})\n{law}\n"
+                + self._plain(figure, "a difference in any tested context's next-token law "))
+
+
+_AGAINST = {"two-sample": "the baseline's law", "logprobs": "the law the server reports",
+            "reference": "the reference model's law"}
+_BETWEEN = {"two-sample": "between speculation on and off", "logprobs": "from the law the server reports",
+            "reference": "from the reference model's law"}
+#: Appended to what every logprobs-mode row bounds: the law tested is the one the server reports.
+REPORTED = " [against the law the server reports]"
+
+
+def _kind(text: str) -> str:
+    return _KIND[text.removesuffix(REPORTED)]
 
 
 _KIND = {text: kind for kind, text in DETECTABLE.items()}
@@ -160,7 +193,12 @@ def _certificate(mode: str, decoder: str, rows: list[ServerRow], target_tv: floa
             result = TestResult(result.test, result.statistic, result.pvalue, result.n, result.false_fail_rate,
                                 result.min_detectable_tv, result.df, details)
         out = certificate_row(decoder, row.check, "exactness", mode, row.position, result)
-        out["detectable"] = DETECTABLE[row.kind]
+        out["detectable"] = DETECTABLE[row.kind] + (REPORTED if mode == "logprobs" and row.kind != "independence"
+                                                    else "")
+        if out["verdict"] == "pass" and not result.min_detectable_tv < 1:  # detects nothing: no pass to claim
+            out["verdict"] = "untested"
+            out["message"] = (f"{out['message']}; " if out["message"] else "") + \
+                "a bound of 1 states nothing: untested, not passed"
         built.append(out)
     return ServerCertificate(mode, Certificate.from_rows(built), target_tv, unit, tuple(notes), length)
 
@@ -211,7 +249,7 @@ Tokenize = Callable[[str], Sequence[int]]
 
 def _units(record: dict[str, Any], kind: str, tokenize: Tokenize | None = None) -> list:
     if kind == "ids":
-        return list(record["token_ids"])
+        return list(record.get("token_ids", []))  # a sample that stopped at once lists nothing
     if kind == "tokens":
         return list(record["tokens"])
     if kind == "model tokens":
@@ -223,21 +261,41 @@ def unit_kind(*runs: ProbeRun, tokenize: Tokenize | None = None) -> str:
     """The finest token record every run has: server token ids, token strings, the served model's
     tokens re-counted from the text (with ``tokenize``), or whitespace words."""
     records = [r for run in runs for r in run.records]
-    if records and all("token_ids" in r for r in records):
+    if records and all("token_ids" in r for r in records) and any(r["token_ids"] for r in records):
         return "ids"
     if records and all("tokens" in r for r in records):
         return "tokens"
     return "model tokens" if tokenize is not None else "words"
 
 
+def stopped_at_end(record: dict[str, Any], stop_strings: bool) -> bool:
+    """A sample with fewer than L tokens that ended because it drew the end of sequence: finish
+    reason "stop" in a run that asked for no stop strings (with them, "stop" may be a string)."""
+    return record.get("finish") == "stop" and not stop_strings
+
+
+def _stop_strings(run: ProbeRun) -> bool:
+    return bool(run.header.get("params", {}).get("stop"))
+
+
+#: The end of a sample is a draw of its own at the position it ended (two-sample mode's category).
+END = "<end of sample>"
+
+
 def encode(runs: list[ProbeRun], length: int, kind: str,
            tokenize: Tokenize | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(prompt, arm, sequences[N, length]) with tokens mapped to integers, -1 past the end."""
+    """(prompt, arm, sequences[N, length]) with tokens mapped to integers, -1 past the end.
+
+    A sample of k < L units drew its end at position k: one category there, by why it ended
+    (an end of sequence, a cap, a withheld token), a function of the sample, so two arms of
+    one law draw it alike."""
     vocab: dict[Any, int] = {}
     prompt, arm, seqs = [], [], []
     for a, run in enumerate(runs):
         for r in run.records:
             units = _units(r, kind, tokenize)[:length]
+            if len(units) < length:
+                units = units + [(END, r.get("finish") or "")]
             seqs.append([vocab.setdefault(u, len(vocab)) for u in units] + [-1] * (length - len(units)))
             prompt.append(r["p"])
             arm.append(a)
@@ -254,24 +312,38 @@ def _length(run: ProbeRun) -> int:
     return int(run.header["params"]["max_tokens"])
 
 
-def truncation_note(run: ProbeRun, kind: str, name: str = "", tokenize: Tokenize | None = None) -> list[str]:
+def truncation_note(run: ProbeRun, kind: str, name: str = "", tokenize: Tokenize | None = None,
+                    mode: str = "two-sample") -> list[str]:
     """Samples with fewer than L tokens: how many, why, and what the tests did with them."""
     length = _length(run)
     short = [r for r in run.records if len(_units(r, kind, tokenize)) < length]
     if not short:
         return []
+    stop_strings = _stop_strings(run)
+    ended = sum(stopped_at_end(r, stop_strings) for r in short)
     capped = sum(r.get("finish") == "length" for r in short)
+    other = len(short) - ended - capped
+    parts = []
+    if ended:
+        parts.append(f"{ended} stopped at an end of sequence (finish_reason 'stop'): each is a draw of the end at "
+                     f"the position it stopped, tested there")
     if capped and kind in ("words", "model tokens"):  # the server counted max_tokens of its own tokens
-        why = (f"{capped} with finish_reason 'length': the server generated max_tokens {length} of its tokens "
-               f"but the text counts fewer {kind} (it re-tokenises differently), so they were not capped; ")
-    elif capped and kind in ("ids", "tokens"):  # llama.cpp joins the byte tokens of one character into one entry
-        why = (f"{capped} with finish_reason 'length': the server generated max_tokens {length} tokens but listed "
-               f"fewer entries (the byte tokens of one character merged into one entry), so they were not capped; ")
+        parts.append(f"{capped} with finish_reason 'length': the server generated max_tokens {length} of its tokens "
+                     f"but the text counts fewer {kind} (it re-tokenises differently), so they were not capped")
+    elif capped:  # llama.cpp joins the byte tokens of one character into one entry, or withholds a partial one
+        parts.append(f"{capped} with finish_reason 'length': the server generated max_tokens {length} tokens but listed "
+                     f"fewer entries (a trailing token withheld, or the byte tokens of one character merged into "
+                     f"one entry), so they were not capped")
+    if other:
+        parts.append(f"{other} ended otherwise (a stop string, or no finish reason)")
+    if mode == "two-sample":
+        then = ("the end of a sample is a category of its own at the position it ended, so both arms are "
+                "compared on it; positions no sample reaches are untested")
     else:
-        why = ""
-    return [f"{name}{len(short)} of {len(run.records)} samples cut short (fewer than {length} tokens; {why}"
-            f"the rest stopped early); each position is tested on the samples that reach it, and "
-            f"positions no sample reaches are untested"]
+        then = ("where the token a sample ended on is not known (not an end of sequence), the context it was drawn "
+                "at and those under it are untested (counted below); positions no sample reaches are untested")
+    return [f"{name}{len(short)} of {len(run.records)} samples have fewer than {length} tokens: {'; '.join(parts)}; "
+            f"{then}"]
 
 
 # ---------------------------------------------------------------- requests
@@ -438,8 +510,13 @@ def _one_sample(mode: str, run: ProbeRun, kind: str, prompt: np.ndarray, seqs: n
     and the within-request independence; the false-fail rate is shared evenly over the tests."""
     multi = bool(run.header.get("capabilities", {}).get("n"))
     length = seqs.shape[1]
-    plan, refused = refuse_contexts(plan_contexts(prompt, seqs), usable if usable is not None else seqs > -2,
-                                    below=mode == "reference")
+    plan, unknown = refuse_contexts(plan_contexts(prompt, seqs), seqs != -2, below=True)
+    if unknown:
+        draws = int((seqs == -2).sum())
+        notes = notes + [f"{unknown} contexts untested: {draws} samples generated a token there that the server did "
+                         f"not return (a withheld or merged trailing token, a stop string), and that token could "
+                         f"have belonged to any context under it; testing the others there would bias the law"]
+    plan, refused = refuse_contexts(plan, usable if usable is not None else seqs != -2)
     if refused:
         notes = notes + [f"{refused} contexts untested: no draw there came back with the context's law (no top "
                          f"logprobs at that position, as llama.cpp gives none for accepted drafts), or the list names "
@@ -453,7 +530,7 @@ def _one_sample(mode: str, run: ProbeRun, kind: str, prompt: np.ndarray, seqs: n
                           "pit"))
     if multi:
         rows += _independence_rows(run, seqs, prompt, rate)
-    notes = truncation_note(run, kind, tokenize=tokenize) + notes
+    notes = truncation_note(run, kind, tokenize=tokenize, mode=mode) + notes
     return _certificate(mode, str(law_params(run)["model"]), rows, target_tv, kind, notes, length)
 
 
@@ -464,6 +541,8 @@ def _pit(plan: ContextPlan, cells: np.ndarray, law_of, seed: int) -> np.ndarray:
     for c in range(plan.prompt.size):
         k = int(plan.position[c])
         members = np.flatnonzero(plan.label[:, k] == c)
+        if members.size == 0:  # left untested
+            continue
         law = np.asarray(law_of(int(plan.first[c]), k), np.float64)
         law = law / law.sum()
         order = np.argsort(-law, kind="stable")
@@ -471,23 +550,29 @@ def _pit(plan: ContextPlan, cells: np.ndarray, law_of, seed: int) -> np.ndarray:
         before[order] = np.cumsum(law[order]) - law[order]
         x = cells[members, k]
         out[members, k] = before[x] + uniforms[members, k] * law[x]
-    return out[plan.label >= 0]
+    return np.clip(out[plan.label >= 0], 0.0, 1.0)  # cumulative sums may pass 1 by a rounding error
 
 
 # ---------------------------------------------------------------- one-sample: the server's logprobs
 
 
-def logprob_cells(run: ProbeRun) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(prompt[N], seqs[N, L], cells[N, L], laws[N, L, K+1], usable[N, L]) from the server's top-k
-    logprobs; ``usable`` is False where a position came back without its top logprobs.
+def logprob_cells(run: ProbeRun, eos: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                                  np.ndarray, str | None]:
+    """(prompt[N], seqs[N, L], cells[N, L], laws[N, L, K+1], usable[N, L], end) from the server's
+    top-k logprobs; ``usable`` is False where a position came back without its top logprobs.
 
     A context's law is the top-k the server reported at the first draw that reached it (every
     draw of a context must see the same law), the last cell the remainder (any other token,
     of probability 1 − Σ top); cell j < K is that list's j-th token, matched by name. Positions
-    past a sample's end have seqs −1.
+    past a sample's end have seqs −1. A sample that stopped at an end of sequence before L
+    tokens without listing it drew the end at the position it stopped: placed by the end
+    token's name (``eos``, else :func:`end_token`'s guess, ``end``), in the remainder where
+    the context's list does not name it. A sample cut short otherwise (a withheld trailing
+    token) has −2 there: a token generated, not known.
     """
     records = [r for r in run.records if "tokens" in r]
     length = _length(run)
+    stop_strings = _stop_strings(run)
     k = max((len(row) for r in records for row in r.get("top", [])), default=0)
     if k == 0:
         raise InputFileError("the run's top logprobs are empty: probe with --top-logprobs K >= 1")
@@ -495,11 +580,13 @@ def logprob_cells(run: ProbeRun) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
     vocab: dict[str, int] = {}
     seqs = np.full((n, length), -1, np.int64)
     names: list[list[list[str]]] = []
+    drawn: list[list[str | None]] = []
     laws = np.zeros((n, length, k + 1))
     usable = np.ones((n, length), bool)
+    ends = set(eos) or listed_end(records, length, stop_strings)
     for i, r in enumerate(records):
-        row_names = []
-        for j, token in enumerate(r["tokens"][:length]):
+        row_names, row_drawn = [], list(r["tokens"][:length])
+        for j, token in enumerate(row_drawn):
             top = r.get("top", [])[j] if j < len(r.get("top", [])) else []
             usable[i, j] = bool(top)  # this draw reported its context's law
             top = sorted(top, key=lambda tl: -tl[1])[:k]
@@ -508,12 +595,24 @@ def logprob_cells(run: ProbeRun) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
             laws[i, j, :len(top)] = probs
             laws[i, j, k] = max(0.0, 1.0 - probs.sum())
             seqs[i, j] = vocab.setdefault(token, len(vocab))
+        if len(row_drawn) < length and not (row_drawn and row_drawn[-1] in ends):
+            j = len(row_drawn)
+            usable[i, j] = False  # its law comes from another draw at the context
+            if stopped_at_end(r, stop_strings):
+                row_drawn.append(END)
+                seqs[i, j] = vocab.setdefault(END, len(vocab))
+            else:
+                row_drawn.append(None)
+                seqs[i, j] = -2
+            row_names.append([])
         names.append(row_names)
+        drawn.append(row_drawn)
     laws /= np.where(laws.sum(axis=2, keepdims=True) > 0, laws.sum(axis=2, keepdims=True), 1.0)
     prompt = np.asarray([r["p"] for r in records], np.int64)
     plan = plan_contexts(prompt, seqs)
     cells = np.zeros((n, length), np.int64)
     reported = usable.copy()
+    source = np.full(plan.prompt.size, -1)
     for c in range(plan.prompt.size):  # each context's law: the top-k of a draw that reported it
         pos = int(plan.position[c])
         members = np.flatnonzero(plan.label[:, pos] == c)
@@ -524,10 +623,49 @@ def logprob_cells(run: ProbeRun) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
             usable[members, pos] = False
             continue
         usable[members, pos] = True
-        lookup = {t: j for j, t in enumerate(names[with_law[0]][pos])}
-        cells[members, pos] = [lookup.get(records[i]["tokens"][pos], k) for i in members]
+        source[c] = with_law[0]
         laws[members, pos] = laws[with_law[0], pos]
-    return prompt, seqs, cells, laws, usable
+    end = next(iter(sorted(ends)), None) or end_token(plan, source, names, drawn, laws)
+    for c in np.flatnonzero(source >= 0):
+        pos = int(plan.position[c])
+        members = np.flatnonzero(plan.label[:, pos] == c)
+        lookup = {t: j for j, t in enumerate(names[source[c]][pos])}
+        cells[members, pos] = [lookup.get(end if drawn[i][pos] == END else drawn[i][pos], k) for i in members]
+    return prompt, seqs, cells, laws, usable, end
+
+
+def listed_end(records: list[dict[str, Any]], length: int, stop_strings: bool) -> set[str]:
+    """The end token's name where the server lists it (vLLM lists the end as a sample's last
+    token): the one name every sample that stopped short ends on, and that no sample has
+    anywhere else; else empty (the server leaves the end out)."""
+    stopped = [r["tokens"] for r in records if stopped_at_end(r, stop_strings) and len(r["tokens"]) <= length]
+    last = {t[-1] if t else None for t in stopped}
+    if len(last) != 1 or None in last:
+        return set()
+    name = last.pop()
+    inside = any(name in r["tokens"][:-1] or (name in r["tokens"] and r.get("finish") != "stop") for r in records)
+    return set() if inside else {name}
+
+
+def end_token(plan: ContextPlan, source: np.ndarray, names: list, drawn: list, laws: np.ndarray) -> str | None:
+    """The end-of-sequence token's name, guessed where the server never lists it: among the names
+    the top-k lists hold but no sample ever drew, the one most likely to have given the ends
+    drawn (Σ log of its reported probability at each end's context, the remainder where a
+    list does not name it), or None (the remainder) where none beats the remainder."""
+    listed = {t for row in drawn for t in row if isinstance(t, str) and t != END}
+    ended = []  # (stops, names, law) at each context where samples ended
+    for c in np.flatnonzero(source >= 0):
+        pos = int(plan.position[c])
+        members = np.flatnonzero(plan.label[:, pos] == c)
+        stops = sum(drawn[i][pos] == END for i in members)
+        if stops:
+            ended.append((stops, names[source[c]][pos], laws[source[c], pos]))
+    candidates = [None, *sorted({t for _, top, _ in ended for t in top} - listed)]
+    def score(t):
+        return sum(stops * math.log(max(law[top.index(t)] if t in top else law[-1], 1e-300))
+                   for stops, top, law in ended)
+    scores = {t: score(t) for t in candidates}
+    return max(candidates, key=lambda t: (scores[t], t is None))
 
 
 def _refused_note(bad: np.ndarray, why: str) -> list[str]:
@@ -545,23 +683,40 @@ def _without_prompts(run: ProbeRun, bad: np.ndarray) -> ProbeRun:
 
 
 def one_sample_logprobs(run: ProbeRun, *, false_fail_rate: float = DEFAULT_FALSE_FAIL, target_tv: float = 0.1,
-                        seed: int = 0) -> ServerCertificate:
-    """Each context's draws against the server's own top-k law (no baseline run)."""
+                        seed: int = 0, eos_tokens: Sequence[str] = ()) -> ServerCertificate:
+    """Each context's draws against the server's own top-k law (no baseline run).
+
+    ``eos_tokens``: how the server names its end-of-sequence token in the top logprobs (default:
+    guessed, :func:`end_token`), where a sample that stopped before L tokens drew it."""
     _require_samples(run, "the run")
     if not any("top" in r for r in run.records):  # a server that ignores the request: say so, not "no samples"
         raise InputFileError("the run has no top logprobs: probe with --top-logprobs K on a server that returns them")
+    stop_strings = _stop_strings(run)
+    records = [{**r, "tokens": []} if "tokens" not in r and not r["text"] and stopped_at_end(r, stop_strings) else r
+               for r in run.records]  # stopped at once: nothing to list
+    run = ProbeRun(run.header, records, run.path)
     missing = np.bincount([r["p"] for r in run.records if "tokens" not in r], minlength=len(run.header["prompts"]))
     if missing.any():  # a sample without its tokens cannot be placed in any context: its prompt is refused
         run = _without_prompts(run, missing > 0)
         _require_samples(run, "the run, once the prompts with samples without logprobs are refused,")
-    prompt, seqs, cells, laws, usable = logprob_cells(run)
+    prompt, seqs, cells, laws, usable, end = logprob_cells(run, eos_tokens)
     def law_of(i, k):
         return laws[i, k]
-    note = "logprobs must be those of the sampled distribution (after temperature/top-k/top-p)"
+    notes = ["logprobs must be those of the sampled distribution (after temperature/top-k/top-p): every row holds "
+             "against the law the server reports, which this mode takes on trust (cross-check it with --reference "
+             "MODEL_DIR or --baseline OFF.jsonl)"]
+    ended = int(sum(stopped_at_end(r, stop_strings) and len(r["tokens"]) < seqs.shape[1]
+                    and not (r["tokens"] and r["tokens"][-1] == end) for r in run.records))
+    if ended:
+        how = "as given" if eos_tokens else "guessed: the name the lists hold, no sample drew, most likely to end them"
+        notes.append(f"{ended} samples stopped at an end of sequence without listing it: each end is a draw of "
+                     + (f"{end!r} ({how})" if end is not None else "the remainder cell (no listed name fits better)")
+                     + " at the position it stopped; --eos-token NAME says which name it is")
     refused = _refused_note(missing, "samples without logprobs (whether a sample lacks them may depend on its "
                             "tokens: testing the rest would bias the law)")
-    return _one_sample("logprobs", run, "tokens", prompt, seqs, cells, law_of, false_fail_rate, target_tv,
-                       refused + [note], laws=laws, seed=seed, usable=usable)
+    kind = "ids" if unit_kind(run) == "ids" else "tokens"
+    return _one_sample("logprobs", run, kind, prompt, seqs, cells, law_of, false_fail_rate, target_tv,
+                       refused + notes, laws=laws, seed=seed, usable=usable)
 
 
 # ---------------------------------------------------------------- one-sample: a local reference model

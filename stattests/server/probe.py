@@ -432,6 +432,8 @@ def _parse_choice(choice: Mapping[str, Any], endpoint: str) -> dict[str, Any]:
         record["token_ids"] = ids
     elif tokens and all(_token_id(t) is not None for t in tokens):
         record["token_ids"] = [_token_id(t) for t in tokens]
+    elif tokens == [] and lp is not None:  # no token at all (it stopped at once): no naming to read
+        record["token_ids"] = []
     return record
 
 
@@ -486,7 +488,7 @@ async def _negotiate(client: _Client, cfg: ProbeConfig, model: str, prompt: str)
                           f"(HTTP {status}: {json.dumps(payload)[:200]})")
     samples = [_parse_choice(c, cfg.endpoint) for c in payload["choices"]]
     caps = {"n": want["n"] and len(samples) > 1, "logprobs": want["logprobs"] and "tokens" in samples[0],
-            "token_ids": "token_ids" in samples[0]}
+            "token_ids": any(s.get("token_ids") for s in samples)}
     return caps, samples
 
 

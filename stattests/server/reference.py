@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 #: Distinct completions per forward pass.
 BATCH = 64
@@ -124,31 +124,89 @@ def _warpers(ref: ReferenceModel):
 def _merged(ids: list[int], text_ids: list[int], length: int) -> list[int] | None:
     """The L token ids of a sample whose server listed fewer (llama.cpp joins the byte tokens of one
     character into one entry, keeping the last byte's id): the text's own tokens when they are L
-    and hold the listed ids in order, else None (unknown: the sample's prompt is refused)."""
+    and hold the listed ids in order, else None (unknown)."""
     if len(text_ids) != length:
         return None
     it = iter(text_ids)
     return list(text_ids) if all(any(t == i for t in it) for i in ids) else None
 
 
-def first_token_of(path: str, length: int) -> Callable[[dict], int | None]:
-    """``record -> its first token id`` for the early test: the listed id where its entry is whole
-    (its text is that id's text), else the text's own ids where they hold the listed ones in order
-    (llama.cpp lists a merged character under its last byte's id), else None (not bet on)."""
+def sample_ids(record: dict, length: int, text_ids: Callable[[str], list[int]], decode: Callable[[list[int]], str],
+               eos: Sequence[int], stop_strings: bool = False) -> list[int] | None:
+    """A sample's token ids, at most L, with what ended it where it has fewer.
+
+    Its listed ids (else its text's, re-tokenised); where fewer than L, position len(ids) is
+    the end of sequence (``eos[0]``) when it stopped there (finish "stop", no stop strings
+    asked for, its last listed token not already an end), else −2: a token generated there but
+    not known (a withheld or merged trailing token, a stop string). A listed entry that is not
+    one whole token (llama.cpp merges the byte tokens of a character under the last byte's id)
+    is −2 at its position, unless the text's own L ids hold the listed ones in order (no token
+    list to check: −2 from the start). Any end id becomes ``eos[0]``. None: the text re-tokenises to more than L tokens (the server's
+    tokens are not known; its prompt is refused rather than a biased subset tested)."""
+    listed = record.get("token_ids")
+    ids = list(listed) if listed else list(text_ids(record["text"])) if record["text"] else []
+    ends = set(eos)
+    if listed and len(ids) < length and record.get("finish") == "length":
+        fixed = _merged(ids, text_ids(record["text"]), length)
+        if fixed is not None:
+            return fixed
+        tokens = record.get("tokens")
+        if not tokens or len(tokens) != len(ids):
+            return [-2]  # entries not known to be whole: no position of it is known
+        whole = [decode([i]) == t for i, t in zip(ids, tokens)]
+        return ids[:whole.index(False) if not all(whole) else len(ids)] + [-2]
+    if len(ids) > length:
+        return None
+    ids = [eos[0] if i in ends else i for i in ids]
+    if len(ids) == length or (ids and eos and ids[-1] == eos[0]):
+        return ids
+    if record.get("finish") == "stop" and not stop_strings and eos:
+        return ids + [eos[0]]
+    return ids + [-2]
+
+
+def end_ids(path: str) -> tuple[int, ...]:
+    """The model's end-of-sequence ids: the tokenizer's, then the generation config's (one or a list)."""
+    from transformers import AutoTokenizer, GenerationConfig
+
+    out = []
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.eos_token_id is not None:
+        out.append(int(tokenizer.eos_token_id))
+    try:
+        config = GenerationConfig.from_pretrained(path).eos_token_id
+    except OSError:
+        config = None
+    for i in (config if isinstance(config, (list, tuple)) else [config]):
+        if i is not None and int(i) not in out:
+            out.append(int(i))
+    return tuple(out)
+
+
+def lump_ends(laws: np.ndarray, eos: Sequence[int]) -> np.ndarray:
+    """Laws (last axis: the vocabulary) with every end id's mass on the first: a sample that
+    stopped says it drew an end, not which."""
+    if len(eos) < 2:
+        return laws
+    laws = np.array(laws, copy=True)
+    laws[..., eos[0]] += laws[..., list(eos[1:])].sum(axis=-1)
+    laws[..., list(eos[1:])] = 0.0
+    return laws
+
+
+def first_token_of(path: str, length: int, stop_strings: bool = False) -> Callable[[dict], int | None]:
+    """``record -> its first token id`` for the early test (:func:`sample_ids`'s first entry:
+    the end of sequence for a sample that stopped at once); None where it is not known (the
+    early test stops betting on that prompt there)."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(path)
+    eos = end_ids(path)
 
     def first(record: dict) -> int | None:
-        ids = record.get("token_ids") or []
-        tokens = record.get("tokens") or []
-        if ids and tokens and tokens[0] == tokenizer.decode([ids[0]]):
-            return int(ids[0])
-        text = tokenizer(record["text"], add_special_tokens=False)["input_ids"]
-        if not ids:
-            return int(text[0]) if text else None
-        fixed = _merged(ids, text, length)
-        return int(fixed[0]) if fixed else None
+        ids = sample_ids(record, length, lambda text: tokenizer(text, add_special_tokens=False)["input_ids"],
+                         tokenizer.decode, eos, stop_strings)
+        return int(ids[0]) if ids and ids[0] >= 0 else None
     return first
 
 
@@ -163,7 +221,7 @@ def first_token_laws(ref: ReferenceModel, prompts: list[str], chat: bool) -> lis
         inputs = torch.tensor([ids], dtype=torch.long)
         with torch.no_grad():
             logits = model(inputs).logits[:, -1].double()
-        laws.append(torch.softmax(warpers(inputs, logits), dim=-1)[0].numpy())
+        laws.append(lump_ends(torch.softmax(warpers(inputs, logits), dim=-1)[0].numpy(), end_ids(ref.path)))
     return laws
 
 
@@ -181,22 +239,20 @@ def teacher_forced_law(ref: ReferenceModel, run: ProbeRun) -> tuple:
     prompt_ids = _prompt_ids(tokenizer, run.header["prompts"], run.header["params"]["endpoint"] == "chat",
                              ref.add_special_tokens)
     warpers = _warpers(ref)
-
+    eos = end_ids(ref.path)
+    ends = set(eos)
+    stop_strings = bool(run.header["params"].get("stop"))
     prompts, completions, mismatched = [], [], np.zeros(len(run.header["prompts"]), np.int64)
     for r in run.records:
-        ids = r.get("token_ids") or tokenizer(r["text"], add_special_tokens=False)["input_ids"]
-        if r.get("token_ids") and len(ids) < length and r.get("finish") == "length":
-            listed = ids
-            ids = _merged(listed, tokenizer(r["text"], add_special_tokens=False)["input_ids"], length)
-            if ids is None and [tokenizer.decode([i]) for i in listed] == list(r.get("tokens") or []):
-                ids = list(listed) + [-2]  # every listed entry whole: the next token was generated, not listed
-        if ids and 0 < len(ids) <= length and ids[0] != -2:
-            prompts.append(r["p"])
-            completions.append(list(ids) + [-1] * (length - len(ids)))
-        else:
+        ids = sample_ids(r, length, lambda text: tokenizer(text, add_special_tokens=False)["input_ids"],
+                         tokenizer.decode, eos, stop_strings)
+        if ids is None:
             mismatched[r["p"]] += 1
+            continue
+        prompts.append(r["p"])
+        completions.append(list(ids) + [-1] * (length - len(ids)))
     if not completions:
-        raise ConfigError(f"no sample of 1 to {length} tokens after tokenisation: is {ref.path!r} the served model?")
+        raise ConfigError(f"no sample of at most {length} tokens after tokenisation: is {ref.path!r} the served model?")
     prompt = np.asarray(prompts, np.int64)
     tokens = np.asarray(completions, np.int64)
     index = np.full(tokens.shape, -1, np.int64)
@@ -215,8 +271,8 @@ def teacher_forced_law(ref: ReferenceModel, run: ProbeRun) -> tuple:
             for k in range(length):
                 laws = torch.softmax(warpers(inputs[:, :len(prompt_ids[p]) + k], logits[:, k]), dim=-1).numpy()
                 for j, seq in enumerate(chunk):
-                    if k and seq[k - 1] < 0:
-                        continue
+                    if k and (seq[k - 1] < 0 or int(seq[k - 1]) in ends):
+                        continue  # past the sample's end, or after a token not known
                     key = (int(p), *map(int, seq[:k]))
                     if key not in rows_of:  # one law per context, however many samples share it
                         rows_of[key] = len(table)
@@ -224,5 +280,5 @@ def teacher_forced_law(ref: ReferenceModel, run: ProbeRun) -> tuple:
                     index[rows[inverse == start + j], k] = rows_of[key]
             bar.update(int(np.sum((inverse >= start) & (inverse < start + BATCH))))  # the samples this batch covers
     bar.close()
-    law = np.stack(table) if table else np.zeros((0, 0), np.float32)
+    law = lump_ends(np.stack(table), eos) if table else np.zeros((0, 0), np.float32)
     return prompt, tokens, index, law, mismatched

@@ -78,8 +78,11 @@ class EProcess:
     """The early test on the first position (see the module docstring); a probe watcher.
 
     ``laws[p]`` the known first-token law at prompt ``p`` (over token ids, or over the cells
-    ``token_of`` maps a record to); ``token_of(record)`` a record's first token (None: the
-    record has none, and is not bet on).
+    ``token_of`` maps a record to; a sample that stopped at once drew the end of sequence, a
+    token like any other); ``token_of(record)`` a record's first token. None: not known (a
+    withheld or merged token); whether a token is known may depend on the token, so skipping
+    that record and betting on would bias the bet: the prompt's process stops there instead
+    (its values so far are those of the full process, so Ville's bound still holds).
     """
 
     def __init__(self, laws: Sequence[np.ndarray], false_fail_rate: float, token_of) -> None:
@@ -95,13 +98,17 @@ class EProcess:
             self.counts.append(np.zeros(head.size + 1))
         self.seen = 0
         self.stopped = False
+        self.frozen = np.zeros(len(laws), bool)  # a prompt whose bets stopped at a record of unknown token
 
     def add(self, records: Iterable[Mapping[str, Any]]) -> None:
         for r in records:
-            token = self.token_of(r)
-            if token is None:
-                continue
             p = r["p"]
+            if self.frozen[p]:
+                continue
+            token = self.token_of(r)
+            if token is None:  # not known (a withheld token): whether may depend on the token, so skipping
+                self.frozen[p] = True  # it would bias the bet; stopping here keeps Ville's bound
+                continue
             cell = self.cells[p].get(int(token), len(self.cells[p]))
             counts = self.counts[p]
             q = (counts[cell] + 0.5) / (counts.sum() + 0.5 * counts.size)  # predictable: before this draw

@@ -131,9 +131,11 @@ def context_rows(plan: ContextPlan, cells: np.ndarray, law_of, false_fail_rate: 
     prob = np.full((n, length), np.nan)
     for c in range(plan.prompt.size):
         k = int(plan.position[c])
+        members = plan.label[:, k] == c
+        if not members.any():  # left untested
+            continue
         law = np.asarray(law_of(int(plan.first[c]), k), np.float64)
         laws[c] = law / law.sum()
-        members = plan.label[:, k] == c
         prob[members, k] = laws[c][cells[members, k]]
     draws = np.bincount(plan.label[plan.label >= 0], minlength=plan.prompt.size)
     candidates = [int(c) for c in np.argsort(-draws, kind="stable") if draws[c] >= MIN_CONTEXT_DRAWS]
