@@ -63,7 +63,8 @@ class SimulationConfig:
 
     gpu: str = option("h200", "GPU profile", names=known_gpus)
     target: str = option("qwen3-32b", "target model profile", names=known_models)
-    draft: str | None = option("qwen3-0.6b", "draft: a model profile (a separate LM), eagle (an EAGLE-3 head), mtp, "
+    draft: str | None = option("qwen3-0.6b", "draft: a model profile (a separate LM), eagle (an EAGLE-3 head: vLLM's "
+                               "speculative_config \"method\": \"eagle3\" or \"eagle\", SGLang's EAGLE3), mtp, "
                                "ngram (prompt lookup), or 'none'", names=lambda: [*KINDS[1:], *known_models()])
     tp: int = option(1, "tensor-parallel degree (GPUs per replica); must divide the models' attention and KV heads")
     dp: int = option(1, "data-parallel attention ranks of a MoE target (SGLang --enable-dp-attention --dp-size, vLLM "

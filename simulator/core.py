@@ -213,6 +213,7 @@ def build_row(p: Prepared, baseline: RunStats, spec: RunStats | None) -> dict[st
     metrics = summarise(spec, p.workload, config.parsed_policy.max_gamma) if speculative else base_row
     row: dict[str, float | int | str] = dict(config.columns())
     row["requests"] = p.workload.measured_count
+    row["gpu"] = p.gpu.name  # one canonical name however it was typed (h100 and h100-sxm are one GPU)
     row.update(metrics)
     row.update({
         "expected_acceptance_length": p.acceptance.expected_tokens_per_pass(config.gamma) if speculative else 1.0,

@@ -439,7 +439,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a `vllm bench latency --output-json` file and the run's shape")
     parser.add_argument("--serve", action="append", default=[], metavar="JSON[:draft=NAME[,gamma=N]]",
                         help="a `vllm bench serve --save-result` or `sglang.bench_serving` result, with or without "
-                             "speculation (gamma=N where the file does not record the draft length)")
+                             "speculation (draft=eagle for vLLM's \"method\": \"eagle3\"; gamma=N where the file "
+                             "does not record the draft length)")
     parser.add_argument("--profiles", default=None,
                         help="extra GPU/model profiles (TOML/JSON, several comma-separated) the names refer to")
     parser.add_argument("--out", default="calibrated.toml", help="profile TOML to write (default calibrated.toml)")

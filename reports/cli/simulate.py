@@ -10,7 +10,7 @@ import pandas as pd
 
 from specgauge.csvio import resolve_csv_target, write_csv_atomic
 from specgauge.sweeps.journal import sweep_lock
-from specgauge.errors import ConfigError, as_usage_error
+from specgauge.errors import ConfigError, UsageError, as_usage_error
 from .console import say, warn
 from .budget import announce, progress_bar
 from .options import add_simulation_options, configs_from_args
@@ -23,7 +23,28 @@ def build_parser() -> argparse.ArgumentParser:
         description="Simulate one serving configuration with speculative decoding against its paired "
                     "no-speculation baseline (same arrivals and lengths). Lengths are in tokens, times in ms.")
     add_simulation_options(parser, sweep=False)
+    group = parser.add_argument_group("acceptance (as plan takes it)")
+    group.add_argument("--acceptance", default=None, metavar="SPEC",
+                       help="acceptance instead of --alpha: one α, a per-position list (0.9,0.8,0.7), a profile name "
+                       "from fixtures/workloads, or a `vllm bench serve --save-result` JSON, so that one configuration "
+                       "of a `plan --acceptance` sweep can be replayed")
+    group.add_argument("--acceptance-beyond", choices=("geometric", "last", "refuse"), default="geometric",
+                       help="draft positions beyond those --acceptance gives: a geometric decay fitted to them "
+                       "(default), the last rate repeated, or refused")
     return parser
+
+
+def _acceptance(args: argparse.Namespace):
+    """``--acceptance`` read as plan reads it (``measured_rates.parse_acceptance``), or None."""
+    if args.acceptance is None:
+        return None
+    if args.alpha is not None:
+        raise UsageError("--alpha and --acceptance contradict each other: give one (--acceptance also takes a single α)")
+    from dataclasses import replace
+
+    from specgauge.reports.planning.measured_rates import parse_acceptance
+
+    return replace(parse_acceptance(args.acceptance), beyond=args.acceptance_beyond)
 
 
 def _workload_line(row: dict, trace: str | None) -> str:
@@ -63,19 +84,29 @@ def summary(row: dict, trace: str | None = None) -> str:
         f"  output throughput {row['output_throughput']:.1f} tok/s   (no spec {row['no_spec_output_throughput']:.1f})"
         f"   speedup {row['speedup_vs_no_spec']:.3f}x",
         f"  TTFT mean {row['mean_ttft_ms']:.1f} ms   TPOT mean {row['mean_tpot_ms']:.2f} ms "
-        f"(no spec {row['no_spec_mean_tpot_ms']:.2f})   p99 E2EL {row['p99_e2el_ms']:.0f} ms",
+        f"(no spec {row['no_spec_mean_tpot_ms']:.2f}), p99 {row['p99_tpot_ms']:.2f} (no spec "
+        f"{row['no_spec_p99_tpot_ms']:.2f})   p99 E2EL {row['p99_e2el_ms']:.0f} ms",
         f"  acceptance length {row['spec_decode_acceptance_length']:.3f} (expected "
         + (f"{row['expected_acceptance_length']:.3f}" if row["expected_acceptance_length"] is not None else "n/a")
         + f"), mean batch {row['mean_batch_size']:.1f}, compute-bound {row['compute_bound_fraction']:.0%}",
         f"  max concurrency {row['max_concurrency']} ({_concurrency_note(row)}), KV utilisation {row['kv_utilization']:.0%}",
     ]
+    if not bool(row.get("stable", True)):
+        lines.append(f"  unstable: served {float(row['served_fraction']):.0%} of the offered rate, the wait growing "
+                     f"{float(row['queue_growth']):.2g} s a second: these latencies describe the run's length, "
+                     "not the service, and meet no SLO")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    (config,) = configs_from_args(args)
+    spec = _acceptance(args)
+    (config,) = configs_from_args(args, acceptance=spec.to_model() if spec else None)
+    if spec is not None and spec.beyond == "refuse" and spec.positions is not None \
+            and config.parsed_policy.max_gamma > spec.positions:
+        raise UsageError(f"γ {config.parsed_policy.max_gamma} drafts beyond the {spec.positions} positions "
+                         "--acceptance measured; lower --gamma or use --acceptance-beyond geometric")
     try:  # the profiles and memory, before any work: what the options name must exist and fit
         memory_plan(config)
     except ConfigError as exc:
@@ -87,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     with sweep_lock(target.path, "specgauge simulate " + " ".join(argv)) if target else contextlib.nullcontext():
         row = simulate(config, progress_bar(config))  # a second run on the same --csv is refused, naming this one
         say(summary(row, config.trace))
+        note = spec.beyond_note(config.parsed_policy.max_gamma) if spec is not None else None
+        if note:
+            say(f"  acceptance: {note}")
         if target is not None:
             write_csv_atomic(pd.DataFrame([row]), target.path, {"command": "simulate", "arguments": argv, "seed": config.seed})
             say(f"wrote {target.path}")

@@ -115,6 +115,7 @@ def capacity_row(query: CapacityQuery) -> dict[str, Any]:
     failed = [p for p in probes if not p.ok]
     limit = min(failed, key=lambda p: p.qps).why if failed else "no rate up to the probes' largest failed"
     row: dict[str, Any] = dict(config.columns())
+    row["gpu"] = _canonical_gpu(config)
     if best is None:
         row.update(capacity_rps=float("nan"), capacity_limit=f"no rate meets it: at {probes[-1].qps:.3g} req/s "
                    + probes[-1].why)
@@ -124,6 +125,12 @@ def capacity_row(query: CapacityQuery) -> dict[str, Any]:
     row.update(gpus_per_replica=gpus_per_replica(config), saturated_request_rate=sat_rate, search_probes=len(probes),
                search_rel_tol=query.rel_tol)
     return row
+
+
+def _canonical_gpu(config: SimulationConfig) -> str:
+    from specgauge.simulator import load_gpu
+
+    return load_gpu(config.gpu, config.profiles).name
 
 
 def replicas_for(rate: float, capacity: float) -> float:

@@ -232,6 +232,18 @@ def slo_capacity(frame: pd.DataFrame, scope_cols: list[str], slo: SLO) -> list[d
     return out
 
 
+def _memory_why(row: pd.Series) -> str:
+    """Why the draft costs what it does: its weights on each GPU come out of the KV cache's room
+    (with DP attention every rank holds the whole head), its own KV cache takes the rest."""
+    weights = float(row.get("draft_weight_gib") or 0.0)
+    if weights <= 0:
+        return ": its KV cache and the lookahead tokens each request reserves"
+    dp = int(row.get("dp", 1) or 1)
+    where = (f" (every one of the {dp} DP-attention ranks holds the whole {row.get('draft')} head at TP "
+             f"{int(row.get('draft_tp') or row.get('tp') or 1)})" if dp > 1 else "")
+    return f": its weights, {weights:.1f} GiB on each GPU{where}, come out of the KV cache's room"
+
+
 def draft_memory_cost(frame: pd.DataFrame, scope_cols: list[str]) -> list[dict[str, Any]]:
     """Concurrent sequences the draft's weights and KV cache take from the target's memory.
 
@@ -256,7 +268,7 @@ def draft_memory_cost(frame: pd.DataFrame, scope_cols: list[str]) -> list[dict[s
             "draft_concurrency_cost", _scope_label(skey, scope_cols), metric="max_concurrency",
             value=float(lost), baseline=float(without), speedup=None,
             detail=f"the draft's memory leaves room for {with_draft} of {without} concurrent sequences "
-                   f"({lost} lost, {share:.0%}); {where}")
+                   f"({lost} lost, {share:.0%}{_memory_why(row)}); {where}")
         decision["batch_size"] = binds_at
         out.append(decision)
     return out
