@@ -67,7 +67,7 @@ class Example:
 
 FAKE = f"{shlex.quote(sys.executable)} -m specgauge.fixtures.fake_openai"
 #: the simulator against published measurements: prints docs/validation.md's tables
-VALIDATE = f"{shlex.quote(sys.executable)} {shlex.quote(str(ROOT / 'benchmarks' / 'validate.py'))}"
+VALIDATE = "specgauge validate"
 
 EXAMPLES: tuple[Example, ...] = (
     Example("simulate-one", "docs/planner.md", (
@@ -129,7 +129,7 @@ EXAMPLES: tuple[Example, ...] = (
         # another machine); the law, the ranking and the plan do not
         varies=(r"measured \d+\.\d+ \[\d+\.\d+, \d+\.\d+\] over \d+ rounds: intervals \w+",)),
     Example("validation-table", "docs/validation.md", (f"{VALIDATE}",), table=True, slow=True),
-    Example("validation-knee-study", "docs/validation.md", (f"{VALIDATE} --knee-study knee",), table=True, slow=True),
+    Example("validation-knee-study", "docs/validation.md", (f"{VALIDATE} --knee-study",), table=True, slow=True),
     Example("gate-watch-fail", "docs/gate.md", (
         "pytest --pyargs specgauge.stattests --specgauge-decoder specgauge.stattests.chain.zoo:accept-all "
         "-k seed-six-token -q --tb=no -rN",), exit_codes=(1,), slow=True),

@@ -213,9 +213,18 @@ def main(argv: list[str] | None = None) -> int:
         metadata=metadata, options=options, restart=args.restart,
         describe=lambda c: " ".join(f"{k}={v}" for k, v in c.columns().items() if k in ("gamma", "batch_size", "qps", "draft", "gpu")),
     )
+    # every figure with its interval (reports.planning.intervals), in the CSV and the decisions
+    from specgauge.reports.planning.intervals import add_intervals
+
+    placeholder = acceptance is None and args.alpha is None
+    frame = add_intervals(frame, alpha_measured=not placeholder, profiles=args.profiles)
+    write_csv_atomic(frame, target.path, metadata)
     elapsed = time.perf_counter() - started
     say(f"wrote {target.path}: {len(frame)} configurations in {elapsed:.1f} s"
         + (f" ({resumed} resumed from an interrupted run)" if resumed else ""))
+    say("each figure has a 90 % interval (columns *_lo, *_hi) from the planner's held-out errors on published "
+        "runs" + ("; α is a placeholder, so speculative figures also span the draft kind's published α range"
+                  if placeholder else "") + ": `specgauge validate` shows them")
 
     decisions = decide(frame, config_columns, slo, beyond_note=acceptance.beyond_note if acceptance else None)
     decision_path = target.sibling("decision")
@@ -223,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     say(f"wrote {decision_path}: {len(decisions)} decisions (acceptance: {source})")
     table = summary_table(decisions)
     if table:
-        say("\nBest γ per load level (speed-up: TPOT for latency, output throughput for throughput):")
+        say("\nBest γ per load level (speed-up: TPOT for latency, output throughput for throughput; [90 % interval]; "
+            "{γ the interval cannot tell from the best}):")
         say(table)
     say()
     for line in recommendation(decisions):

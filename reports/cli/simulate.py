@@ -71,6 +71,14 @@ def _concurrency_note(row: dict) -> str:
     return f"no draft memory; {without} without the {row['gamma']} lookahead tokens each request reserves"
 
 
+def _bracket(row: dict, key: str, digits: str) -> str:
+    """`` [lo, hi]`` beside a figure that carries its interval (``reports.planning.intervals``)."""
+    lo, hi = row.get(f"{key}_lo"), row.get(f"{key}_hi")
+    if lo is None or hi is None or lo != lo or hi != hi:
+        return ""
+    return f" [{lo:{digits}}, {hi:{digits}}]"
+
+
 def summary(row: dict, trace: str | None = None) -> str:
     """A short readable summary of one report row (``trace``: the file it replayed, if any)."""
     draft = row["draft"] if row["gamma"] else "none"
@@ -81,10 +89,11 @@ def summary(row: dict, trace: str | None = None) -> str:
         f"acceptance {row['acceptance']}",
         f"  batch cap {row['batch_size']}, {row['arrival']}" + (f" at {row['qps']:g} req/s" if row["qps"] else "")
         + f", {_workload_line(row, trace)}, seed {row['seed']}",
-        f"  output throughput {row['output_throughput']:.1f} tok/s   (no spec {row['no_spec_output_throughput']:.1f})"
-        f"   speedup {row['speedup_vs_no_spec']:.3f}x",
-        f"  TTFT mean {row['mean_ttft_ms']:.1f} ms   TPOT mean {row['mean_tpot_ms']:.2f} ms "
-        f"(no spec {row['no_spec_mean_tpot_ms']:.2f}), p99 {row['p99_tpot_ms']:.2f} (no spec "
+        f"  output throughput {row['output_throughput']:.1f}{_bracket(row, 'output_throughput', '.1f')} tok/s   "
+        f"(no spec {row['no_spec_output_throughput']:.1f}{_bracket(row, 'no_spec_output_throughput', '.1f')})"
+        f"   speedup {row['speedup_vs_no_spec']:.3f}x{_bracket(row, 'speedup_vs_no_spec', '.3f')}",
+        f"  TTFT mean {row['mean_ttft_ms']:.1f} ms   TPOT mean {row['mean_tpot_ms']:.2f}{_bracket(row, 'mean_tpot_ms', '.2f')} ms "
+        f"(no spec {row['no_spec_mean_tpot_ms']:.2f}{_bracket(row, 'no_spec_mean_tpot_ms', '.2f')}), p99 {row['p99_tpot_ms']:.2f} (no spec "
         f"{row['no_spec_p99_tpot_ms']:.2f})   p99 E2EL {row['p99_e2el_ms']:.0f} ms",
         f"  acceptance length {row['spec_decode_acceptance_length']:.3f} (expected "
         + (f"{row['expected_acceptance_length']:.3f}" if row["expected_acceptance_length"] is not None else "n/a")
@@ -117,7 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     announce(config)
     with sweep_lock(target.path, "specgauge simulate " + " ".join(argv)) if target else contextlib.nullcontext():
         row = simulate(config, progress_bar(config))  # a second run on the same --csv is refused, naming this one
+        from specgauge.reports.planning.intervals import add_intervals   # every figure with its 90 % interval
+
+        placeholder = args.alpha is None and spec is None   # the draft kind's default α: its published range too
+        row = add_intervals(pd.DataFrame([row]), alpha_measured=not placeholder, profiles=config.profiles).iloc[0].to_dict()
         say(summary(row, config.trace))
+        say(f"  90 % intervals in brackets: {row['interval_note']}")
         note = spec.beyond_note(config.parsed_policy.max_gamma) if spec is not None else None
         if note:
             say(f"  acceptance: {note}")

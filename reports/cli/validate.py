@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--csv", default=None, metavar="PATH",
                         help="write every held-out row with its interval to this CSV")
     parser.add_argument("--no-table", action="store_true", help="print the summary only")
+    parser.add_argument("--knee-study", action="store_true",
+                        help="instead: every row in sample at each knee of the datasheet prior (1, 1.5, 2, 3, 4, inf), "
+                             "the ratios side by side (several minutes)")
     parser.add_argument("--write-residuals", default=None, metavar="PATH",
                         help="write the held-out residuals the planner's intervals are computed from (the shipped "
                              "reports/planning/data/residuals.csv is this file for the shipped table)")
@@ -99,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     user = [V.rows_from_result(text) for text in args.add]     # every file read and checked before any work
     target = resolve_csv_target(args.csv, default_name="validation.csv") if args.csv else None
     table = V.shipped_table()
+    if args.knee_study:
+        say(V.markdown(V.knee_study(table)))
+        return 0
     user_rows = pd.concat(user, ignore_index=True) if user else None
     started = time.perf_counter()
     say(f"specgauge validate: {len(table)} published rows from {table['source'].nunique()} sources"

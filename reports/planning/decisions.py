@@ -23,7 +23,28 @@ LATENCY_METRIC = "mean_tpot_ms"
 THROUGHPUT_METRIC = "output_throughput"
 SPEEDUP_METRIC = "speedup_vs_no_spec"
 DECISION_COLUMNS = ["decision", "scope", "batch_size", "qps", "gamma", "metric", "value", "baseline", "speedup", "detail",
-                    "shape"]
+                    "shape", "value_lo", "value_hi", "speedup_lo", "speedup_hi", "gammas_within"]
+
+
+def _bounds(row: pd.Series, column: str) -> tuple[float | None, float | None]:
+    """A figure's interval ends (``reports.planning.intervals``: ``<column>_lo``/``_hi``), or None."""
+    lo, hi = row.get(f"{column}_lo"), row.get(f"{column}_hi")
+    if lo is None or hi is None or pd.isna(lo) or pd.isna(hi):
+        return None, None
+    return float(lo), float(hi)
+
+
+def _within(level: pd.DataFrame, best: pd.Series, ratio_column: str) -> str | None:
+    """The γ whose speed-up interval overlaps the best one's: the set the data cannot tell apart
+    from the best (γ = 0 in it when the best's lower end is at most 1)."""
+    lo, _ = _bounds(best, ratio_column)
+    if lo is None:
+        return None
+    his = pd.to_numeric(level.get(f"{ratio_column}_hi"), errors="coerce")
+    gammas = sorted({int(g) for g, hi in zip(level["gamma"], his) if pd.notna(hi) and hi >= lo})
+    if lo <= 1.0:
+        gammas = sorted({0, *gammas})
+    return ",".join(str(g) for g in gammas)
 
 
 def _scope_columns(frame: pd.DataFrame, config_columns: Sequence[str]) -> list[str]:
@@ -103,15 +124,20 @@ def best_gamma(frame: pd.DataFrame, scope_cols: list[str]) -> list[dict[str, Any
                     continue
                 best = level.loc[ratios.idxmax()]
                 baseline = float(best[f"no_spec_{metric}"])
+                within = _within(level, best, ratio_column)
+                bounds = {}
                 if float(ratios.max()) < 1.0:  # plain decoding wins; it is γ = 0 even if not swept
                     best = best.copy()
                     best["gamma"] = 0
                     value, ratio = baseline, 1.0
                 else:
                     value, ratio = float(best[metric]), float(ratios.max())
-                detail = f"{draft_shape(best)}: {metric} {value:.4g} vs {baseline:.4g} without speculation"
+                    (bounds["value_lo"], bounds["value_hi"]), (bounds["speedup_lo"], bounds["speedup_hi"]) = \
+                        _bounds(best, metric), _bounds(best, ratio_column)
+                detail = f"{draft_shape(best)}: {metric} {value:.4g} vs {baseline:.4g} without speculation" + (
+                    f"; γ in {{{within}}} within the interval" if within and "," in within else "")
                 out.append(_decision(decision, scope, best, metric=metric, value=value, baseline=baseline,
-                                     speedup=ratio, detail=detail))
+                                     speedup=ratio, detail=detail, gammas_within=within, **bounds))
     return out
 
 
@@ -127,6 +153,7 @@ def breakeven(frame: pd.DataFrame, scope_cols: list[str], axis: str) -> list[dic
         scope = _scope_label(skey, scope_cols)
         for _, group in _groups(scoped, other + ["gamma"]):
             value, kind = crossing(group[axis].to_numpy(float), group[SPEEDUP_METRIC].to_numpy(float))
+            ends = _crossing_range(group, axis, SPEEDUP_METRIC)
             ordered = group.sort_values(axis)
             first, last = ordered.iloc[0], ordered.iloc[-1]
             lo, hi = group[axis].min(), group[axis].max()
@@ -136,10 +163,32 @@ def breakeven(frame: pd.DataFrame, scope_cols: list[str], axis: str) -> list[dic
                 "never": f"γ={int(first['gamma'])} does not pay even at {axis}={lo:g}",
             }[kind]
             row = _decision(name, scope, first, metric=SPEEDUP_METRIC, value=value,
-                            speedup=float(last[SPEEDUP_METRIC]), detail=detail)
+                            speedup=float(last[SPEEDUP_METRIC]), detail=detail + _range_words(ends, axis), **ends)
             row[axis] = None
             out.append(row)
     return out
+
+
+def _crossing_range(group: pd.DataFrame, axis: str, metric: str) -> dict[str, float | None]:
+    """Where the speed-up interval's lower and upper ends cross 1 along ``axis``: the range of
+    loads up to which speculation pays, within the interval (None: that end never crosses)."""
+    if f"{metric}_lo" not in group:
+        return {}
+    loads = group[axis].to_numpy(float)
+    out = {}
+    for key, column in (("value_lo", f"{metric}_lo"), ("value_hi", f"{metric}_hi")):
+        value, kind = crossing(loads, pd.to_numeric(group[column], errors="coerce").to_numpy(float))
+        out[key] = value if kind == "crossed" else (float(loads.min()) if kind == "never" else None)
+    return out
+
+
+def _range_words(ends: dict[str, float | None], axis: str) -> str:
+    if not ends:
+        return ""
+    lo, hi = ends.get("value_lo"), ends.get("value_hi")
+    upper = f"{hi:.3g}" if hi is not None else "beyond the sweep"
+    return f" (within the interval: from {axis} {lo:.3g} to {upper})" if lo is not None else \
+        f" (within the interval: it may pay beyond the sweep)"
 
 
 SPEC_BREAKEVEN = {"batch_size": ("spec_breakeven_batch_size", SPEEDUP_METRIC, "batch size"),
@@ -166,8 +215,12 @@ def speculation_breakeven(frame: pd.DataFrame, scope_cols: list[str], axis: str)
             answer = break_even_from_table(words, table.index.to_numpy(float), [int(g) for g in table.columns],
                                            table.to_numpy(float))
             first = group.iloc[0]
+            ends = {}
+            if f"{metric}_lo" in group:   # the best γ's interval ends, crossed like the speed-up itself
+                best = group.groupby(axis)[[f"{metric}_lo", f"{metric}_hi"]].max().reset_index()
+                ends = _crossing_range(best, axis, metric)
             row = _decision(name, scope, first, metric=metric, value=answer.load, speedup=answer.best_speedup[-1],
-                            detail=answer.describe())
+                            detail=answer.describe() + _range_words(ends, words), **ends)
             row.update(gamma=answer.gamma_below if answer.gamma_below is not None else 0, shape=None)
             row[axis] = None
             out.append(row)
@@ -182,6 +235,11 @@ def _paired_baseline(frame: pd.DataFrame, slo: SLO) -> pd.DataFrame:
     base = frame.drop_duplicates([c for c in ("batch_size", "qps") if c in frame] + [f"no_spec_{c}" for c in needed]).copy()
     for column in needed:
         base[column] = base[f"no_spec_{column}"]
+        for end in ("_lo", "_hi"):   # the baseline's own interval, where the rows carry one
+            if f"no_spec_{column}{end}" in base:
+                base[f"{column}{end}"] = base[f"no_spec_{column}{end}"]
+            elif f"{column}{end}" in base:
+                base = base.drop(columns=f"{column}{end}")
     base["gamma"] = 0
     base["_met"] = slo.met(base) & _stable(base, "no_spec_")
     if "no_spec_stable" in base:
@@ -224,8 +282,11 @@ def slo_capacity(frame: pd.DataFrame, scope_cols: list[str], slo: SLO) -> list[d
             best[decision] = float(top["request_throughput"])
             where = f"γ={int(top['gamma'])}, batch_size={top['batch_size']}" + (
                 f", qps={top['qps']:g}" if pd.notna(top.get("qps")) else ", saturated")
+            lo, hi = _bounds(top, "request_throughput")
+            span = f" (interval {lo:.4g}-{hi:.4g})" if lo is not None else ""
             out.append(_decision(decision, scope, top, metric="request_throughput", value=best[decision],
-                                 detail=f"{best[decision]:.4g} req/s meeting {slo} at {where}"))
+                                 detail=f"{best[decision]:.4g} req/s{span} meeting {slo} at {where}",
+                                 value_lo=lo, value_hi=hi))
         spec, base = best.get("max_slo_request_rate_spec"), best.get("max_slo_request_rate_no_spec")
         if spec and base:
             out[-2]["baseline"], out[-2]["speedup"] = base, spec / base
@@ -354,7 +415,10 @@ def _stops_paying(group: pd.DataFrame, decision: str, axis: str) -> str | None:
     if not len(crossed):
         return f"Speculation does not pay at any swept {axis}: run without the draft."
     last = crossed.loc[pd.to_numeric(crossed["value"]).idxmax()]
-    return (f"Speculation as a whole stops paying at {axis} ≈ {float(last['value']):.3g} "
+    lo, hi = (None if pd.isna(v) else float(v) for v in (last.get("value_lo"), last.get("value_hi")))
+    span = "" if lo is None else (f", between {lo:.3g} and {hi:.3g} within the interval" if hi is not None
+                                  else f", from {lo:.3g} to beyond the sweep within the interval")
+    return (f"Speculation as a whole stops paying at {axis} ≈ {float(last['value']):.3g}{span} "
             f"(γ = {int(last['gamma'])} is the last to break even); beyond it, run without the draft.")
 
 
@@ -408,6 +472,20 @@ def summary_table(decisions: pd.DataFrame) -> str:
     for column in table.columns:
         if column.startswith("γ"):
             table[column] = table[column].astype("Int64")
+    if best["speedup_lo"].notna().any():   # each speed-up with its interval, each γ with the γ it cannot be told from
+        index = ["scope", "batch_size", "qps"] if best["qps"].notna().any() else ["scope", "batch_size"]
+        keyed = best.set_index(index + ["decision"])
+        for column in list(table.columns):
+            kind = "best_gamma_" + column.split("(")[1].rstrip(")")
+            rows = [keyed.loc[(*(key if isinstance(key, tuple) else (key,)), kind)] if
+                    (*(key if isinstance(key, tuple) else (key,)), kind) in keyed.index else None for key in table.index]
+            if column.startswith("speed-up"):
+                table[column] = [f"{v:.2f} [{r['speedup_lo']:.2f}, {r['speedup_hi']:.2f}]"
+                                 if r is not None and pd.notna(r["speedup_lo"]) else ("" if pd.isna(v) else f"{v:.2f}")
+                                 for v, r in zip(table[column], rows)]
+            else:
+                table[column] = [f"{v} {{{r['gammas_within']}}}" if r is not None and isinstance(r["gammas_within"], str)
+                                 and "," in r["gammas_within"] else str(v) for v, r in zip(table[column], rows)]
     if (table.index.get_level_values("scope") == "all").all():
         table = table.droplevel("scope")
     return table.to_string(float_format=lambda v: f"{v:.2f}")

@@ -164,9 +164,13 @@ def band(group: Group, level: float = LEVEL, residuals: pd.DataFrame | None = No
         return Band(math.inf, len(r), own["source"].nunique(), group, group,
                     f"{len(r)} validation rows in all; a {level:.0%} interval needs {needed_rows(level)}")
     wider = band(parent, level, residuals)
+    if not math.isfinite(wider.q):
+        return Band(math.inf, len(r), own["source"].nunique(), group, wider.group_used,
+                    f"{len(r)} validation rows for {group.label()}, and no wider group has the {needed_rows(level)} "
+                    f"a {level:.0%} interval needs: unbounded")
     largest = float(np.max(np.abs(r))) if len(r) else 0.0
     reason = (f"only {len(r)} validation row{'s' if len(r) != 1 else ''} for {group.label()} "
-              f"({needed_rows(level)} needed): the wider of {wider.group_used.label()}'s bound and "
+              f"({needed_rows(level)} needed): the wider of the bound of {wider.group_used.label()} and "
               f"this group's largest residual")
     return Band(max(wider.q, largest), len(r), own["source"].nunique(), group, wider.group_used, reason)
 

@@ -151,6 +151,20 @@ def check_table(frame: pd.DataFrame, where: str) -> pd.DataFrame:
     return frame
 
 
+def check_deployments(frame: pd.DataFrame, where: str) -> pd.DataFrame:
+    """Every row's deployment resolved against the profiles before any simulation (an unknown GPU
+    or model, a TP that does not divide the heads: one line, exit status 2)."""
+    from specgauge.errors import ConfigError
+    from specgauge.simulator import memory_plan
+
+    for i, (_, row) in enumerate(frame.iterrows()):
+        try:
+            memory_plan(row_config(row))
+        except ConfigError as exc:
+            raise ValidationInputError(f"{where} row {i + 1} ({row['setup']}): {' '.join(str(exc).split())}") from None
+    return frame
+
+
 def _float(text: str, where: str) -> float:
     try:
         return float(text)
@@ -626,8 +640,8 @@ def rows_from_result(text: str) -> pd.DataFrame:
     from specgauge.reports.cli.calibrate import (_spec_gamma, accepted_length_key, check_json_object,
                                                  check_serve_result, check_spec_options)
 
-    if text.lower().endswith(".csv") or ".csv:" not in text.lower() and Path(text).suffix.lower() == ".csv":
-        return read_table(text)
+    if text.lower().endswith(".csv"):
+        return check_deployments(read_table(text), repr(text))
     path, options = check_spec_options(text, RESULT_OPTIONS)
     if path.suffix.lower() == ".csv":
         raise ValidationInputError(f"{text!r}: a CSV of rows takes no options; put gpu, target, ... in its columns")
@@ -656,4 +670,24 @@ def rows_from_result(text: str) -> pd.DataFrame:
                    alpha_source=f"from the run's accepted length {float(data[length_key]):.3g}")
     else:
         row.update(draft="none", gamma="0", alpha_source="no speculation")
-    return check_table(pd.DataFrame([row]), where)
+    return check_deployments(check_table(pd.DataFrame([row]), where), where)
+
+
+# ----------------------------------------------------------------------------- the knee study
+
+KNEES = (1.0, 1.5, 2.0, 3.0, 4.0, math.inf)
+
+
+def knee_study(table: pd.DataFrame, workdir: str | None = None) -> pd.DataFrame:
+    """Every row at each knee of the datasheet prior (written over every bundled GPU), the ratios
+    side by side: fit the knee on one source, predict the others."""
+    from specgauge.simulator.profiles import known_gpus
+
+    workdir = workdir or tempfile.mkdtemp(prefix="specgauge-knee-")
+    out = table[["setup", "source", "role"]].copy()
+    for knee in KNEES:
+        path = os.path.join(workdir, f"knee{knee}.toml")
+        with open(path, "w") as handle:
+            handle.write("".join(f'[gpus."{g}"]\nknee = {"inf" if knee == math.inf else knee}\n' for g in known_gpus()))
+        out[f"knee {knee:g}"] = evaluate(table, path, workdir=workdir)["ratio"].round(3).to_numpy()
+    return out

@@ -1,0 +1,91 @@
+"""``specgauge validate``: a team's own rows read at the door (vLLM and SGLang bench results, CSV
+rows), refused in one line when they cannot be predicted; the full run prints shares and coverage."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specgauge.reports.cli import main
+from specgauge.reports.planning import validation as V
+
+VLLM_RESULT = {"completed": 64, "max_concurrency": 8, "total_input_tokens": 64 * 1000, "total_output_tokens": 64 * 250,
+               "mean_tpot_ms": 14.2, "output_throughput": 530.0}
+
+
+def _json(tmp_path, data, name="run.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_vllm_result_becomes_a_tpot_row_at_its_concurrency(tmp_path):
+    path = _json(tmp_path, VLLM_RESULT)
+    row = V.rows_from_result(f"{path}:gpu=h100,target=llama-3.1-8b,source=ours").iloc[0]
+    assert (row["measured"], float(row["published"]), row["batch_size"]) == ("tpot_ms", 14.2, "8")
+    assert (row["prompt_len"], row["output_len"], row["gamma"], row["source"]) == ("1000", "250", "0", "ours")
+
+
+def test_an_sglang_speculative_result_takes_alpha_from_its_accept_length(tmp_path):
+    path = _json(tmp_path, {**VLLM_RESULT, "accept_length": 2.4})
+    row = V.rows_from_result(f"{path}:gpu=h200,target=qwen3-32b,draft=eagle,gamma=3").iloc[0]
+    assert (row["alpha"], float(row["accepted_length"]), row["draft"], row["gamma"]) == ("length", 2.4, "eagle", "3")
+
+
+@pytest.mark.parametrize("suffix, words", [
+    (":gpu=h100", "does not record its deployment"),
+    (":gpu=h100,target=no-such-model", "unknown model"),
+    (":gpu=h100,target=llama-3.1-8b,colour=blue", "unknown option 'colour'"),
+])
+def test_a_bad_result_is_one_line_and_exit_status_2(tmp_path, capsys, suffix, words):
+    path = _json(tmp_path, VLLM_RESULT)
+    assert main(["validate", "--add", f"{path}{suffix}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err and "\n" not in err
+
+
+def test_a_speculative_result_without_its_draft_is_refused(tmp_path, capsys):
+    path = _json(tmp_path, {**VLLM_RESULT, "spec_decode_acceptance_length": 2.1})
+    assert main(["validate", "--add", f"{path}:gpu=h100,target=llama-3.1-8b"]) == 2
+    assert "say what drafted" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("body, words", [
+    ("source,setup\n[x],a row\n", "lacks column(s) measured, published, gpu, target"),
+    ("source,setup,measured,published,gpu,target\n[x],r,speed,1.2,h100,llama-3.1-8b\n", "measured 'speed' is not one of"),
+    ("source,setup,measured,published,gpu,target\n[x],r,speedup,-1,h100,llama-3.1-8b\n", "published must be a number > 0"),
+    ("source,setup,measured,published,gpu,target,alpha\n[x],r,speedup,1.2,h100,llama-3.1-8b,row:nope\n", "names no row id"),
+    ("source,setup,measured,published,gpu,target\n", "header but no rows"),
+])
+def test_a_bad_csv_is_one_line_and_exit_status_2(tmp_path, capsys, body, words):
+    path = tmp_path / "rows.csv"
+    path.write_text(body)
+    assert main(["validate", "--add", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err and "\n" not in err
+
+
+def test_the_level_is_checked(capsys):
+    assert main(["validate", "--level", "1.5"]) == 2
+    assert "--level must be in [0.5, 1)" in capsys.readouterr().err
+
+
+def test_a_csv_in_the_shipped_schema_is_read(tmp_path):
+    path = tmp_path / "rows.csv"
+    path.write_text("source,setup,measured,published,gpu,target,tp,batch_size,gamma,draft\n"
+                    "ours,TPOT batch 1,tpot_ms,7.5,h100,llama-3.1-8b,1,1,0,none\n")
+    table = V.rows_from_result(str(path))
+    assert table.iloc[0]["role"] == "predicted" and table.iloc[0]["id"] == "row1"
+
+
+@pytest.mark.slow
+def test_validate_prints_shares_and_coverage_with_a_users_row(tmp_path, capsys):
+    path = _json(tmp_path, VLLM_RESULT)
+    assert main(["validate", "--no-table", "--add", f"{path}:gpu=h100,target=llama-3.1-8b"]) == 0
+    out = capsys.readouterr().out
+    assert "in sample:" in out and "leave one source out:" in out
+    assert "90% intervals, each source held out:" in out and "your rows: " in out
+    covered = out.split("intervals, each source held out: ")[1]
+    hits, n = (int(x) for x in covered.split(" predicted")[0].split(" of "))
+    assert hits / n >= 0.88
