@@ -75,7 +75,7 @@ def test_alpha_moves_speculative_figures_only_and_in_the_right_direction():
         assert (wide[f"{metric}_lo"] <= wide[metric]).all() and (wide[metric] <= wide[f"{metric}_hi"]).all()
     spread = I.add_intervals(frame, alpha_measured=True, alpha_spread=(0.78, 0.82))
     assert narrow.loc[0, "speedup_vs_no_spec_hi"] < spread.loc[0, "speedup_vs_no_spec_hi"] < wide.loc[0, "speedup_vs_no_spec_hi"]
-    assert "α a placeholder" in wide.loc[0, "interval_note"] and "α measured" in narrow.loc[0, "interval_note"]
+    assert "α a placeholder" in wide.loc[0, "interval_note"] and "α given" in narrow.loc[0, "interval_note"]
 
 
 def test_alpha_factors_are_the_tokens_a_pass_at_the_range_ends():

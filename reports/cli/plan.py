@@ -222,9 +222,6 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - started
     say(f"wrote {target.path}: {len(frame)} configurations in {elapsed:.1f} s"
         + (f" ({resumed} resumed from an interrupted run)" if resumed else ""))
-    say("each figure has a 90 % interval (columns *_lo, *_hi) from the planner's held-out errors on published "
-        "runs" + ("; α is a placeholder, so speculative figures also span the draft kind's published α range"
-                  if placeholder else "") + ": `specgauge validate` shows them")
 
     decisions = decide(frame, config_columns, slo, beyond_note=acceptance.beyond_note if acceptance else None)
     decision_path = target.sibling("decision")
@@ -233,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     table = summary_table(decisions)
     if table:
         say("\nBest γ per load level (speed-up: TPOT for latency, output throughput for throughput; [90 % interval]; "
-            "{γ the interval cannot tell from the best}):")
+            "{γ within it}):")
         say(table)
     say()
     for line in recommendation(decisions):
@@ -259,6 +256,8 @@ def _rate_defaults(args: argparse.Namespace) -> None:
         raise PlanError(f"--rate must be a request rate > 0 (requests/s), got {args.rate:g}")
     if args.qps is not None:
         raise PlanError("--rate searches the request rate itself (bisection per configuration); drop --qps")
+    if args.arrival is not None and any(a.strip() in ("trace", "closed") for a in str(args.arrival).split(",")):
+        raise PlanError(f"--rate searches a Poisson or gamma arrival rate; --arrival {args.arrival} has no rate to search")
     for dest, value in RATE_DEFAULTS.items():
         if getattr(args, dest) is None:
             setattr(args, dest, value)

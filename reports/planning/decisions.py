@@ -187,8 +187,7 @@ def _range_words(ends: dict[str, float | None], axis: str) -> str:
         return ""
     lo, hi = ends.get("value_lo"), ends.get("value_hi")
     upper = f"{hi:.3g}" if hi is not None else "beyond the sweep"
-    return f" (within the interval: from {axis} {lo:.3g} to {upper})" if lo is not None else \
-        f" (within the interval: it may pay beyond the sweep)"
+    return f" (90 % interval: {lo:.3g} to {upper})" if lo is not None else " (90 % interval: beyond the sweep)"
 
 
 SPEC_BREAKEVEN = {"batch_size": ("spec_breakeven_batch_size", SPEEDUP_METRIC, "batch size"),
@@ -460,6 +459,20 @@ def recommendation(decisions: pd.DataFrame) -> list[str]:
     return lines
 
 
+def _runs(gammas: str, swept: set[int]) -> str:
+    """``0-6,8`` for ``0,1,2,3,4,5,6,8``; ``any`` when it is every γ the table names, 0 included."""
+    values = sorted(int(g) for g in gammas.split(","))
+    if set(values) >= swept:
+        return "any"
+    runs: list[list[int]] = []
+    for g in values:
+        if runs and g == runs[-1][-1] + 1:
+            runs[-1].append(g)
+        else:
+            runs.append([g])
+    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ",".join(map(str, r)) for r in runs)
+
+
 def summary_table(decisions: pd.DataFrame) -> str:
     best = decisions[decisions["decision"].isin(["best_gamma_latency", "best_gamma_throughput"])]
     if not len(best):
@@ -473,6 +486,7 @@ def summary_table(decisions: pd.DataFrame) -> str:
         if column.startswith("γ"):
             table[column] = table[column].astype("Int64")
     if best["speedup_lo"].notna().any():   # each speed-up with its interval, each γ with the γ it cannot be told from
+        swept = {0} | {int(g) for text in best["gammas_within"].dropna() for g in str(text).split(",")}
         index = ["scope", "batch_size", "qps"] if best["qps"].notna().any() else ["scope", "batch_size"]
         keyed = best.set_index(index + ["decision"])
         for column in list(table.columns):
@@ -484,8 +498,9 @@ def summary_table(decisions: pd.DataFrame) -> str:
                                  if r is not None and pd.notna(r["speedup_lo"]) else ("" if pd.isna(v) else f"{v:.2f}")
                                  for v, r in zip(table[column], rows)]
             else:
-                table[column] = [f"{v} {{{r['gammas_within']}}}" if r is not None and isinstance(r["gammas_within"], str)
-                                 and "," in r["gammas_within"] else str(v) for v, r in zip(table[column], rows)]
+                table[column] = [f"{v} {{{_runs(r['gammas_within'], swept)}}}" if r is not None and
+                                 isinstance(r["gammas_within"], str) and "," in r["gammas_within"] else str(v)
+                                 for v, r in zip(table[column], rows)]
     if (table.index.get_level_values("scope") == "all").all():
         table = table.droplevel("scope")
     return table.to_string(float_format=lambda v: f"{v:.2f}")

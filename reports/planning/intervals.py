@@ -226,7 +226,7 @@ def _row_alpha_factors(row: pd.Series, measured: bool, spread: tuple[float, floa
         return 1.0, 1.0, ""
     if measured:
         if spread is None:
-            return 1.0, 1.0, "α measured"
+            return 1.0, 1.0, "α given: no α spread added"
         low, high = spread
         f = alpha_factors(float(alpha), gamma, low, high)
         return f[0], f[1], f"α measured {low:.3g}-{high:.3g}"
