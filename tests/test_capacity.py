@@ -97,3 +97,6 @@ def test_plan_rate_is_one_command_and_ignores_no_grid(tmp_path, capsys):
 
     assert cli.main(["plan", "--rate", "40", "--qps", "8,10", "--csv", str(tmp_path / "x.csv")]) == 2
     assert "drop --qps" in capsys.readouterr().err
+    assert cli.main(["plan", "--rate", "40", "--arrival", "closed", "--csv", str(tmp_path / "x.csv")]) == 2
+    assert "no rate to search" in capsys.readouterr().err
+    assert not (tmp_path / "x.csv").exists()
