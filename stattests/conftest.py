@@ -112,13 +112,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     if session is None or isinstance(session, tuple) or not session.rows:
         return
     from specgauge.stattests.chain.certify import sizing_note
+    from specgauge.stattests.chain.diagnosis import summary as chain_summary
     from specgauge.stattests.core.certificate import fold
 
     cert = session.certificate()
     terminalreporter.section("specgauge certificate")
     path = config.getoption("specgauge_certificate")
     terminalreporter.write_line(fold(sizing_note(session.config)))
-    terminalreporter.write_line(cert.summary(os.fspath(path) if path else None))
+    terminalreporter.write_line(chain_summary(cert, os.fspath(path) if path else None))
     if path:
         cfg = session.config
         cert.to_csv(os.fspath(path), {"command": "pytest", "decoder": session.name, "tv": cfg.tv,

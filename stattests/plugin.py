@@ -100,18 +100,45 @@ def pytest_configure(config) -> None:
             resolve_csv_target(path, "certificate.csv", flag="--specgauge-certificate")
         if spec:
             check_decoder_spec(spec)
-        if guarantee is not None and not hasattr(config, "workerinput"):
-            sized_estimate(config, guarantee)
+        if guarantee is not None and _under_xdist(config) and not hasattr(config, "workerinput"):
+            sized_estimate(config, guarantee)  # the controller collects nothing: the whole plan
     except SpecgaugeError as exc:
         raise pytest.UsageError(" ".join(str(exc).split())) from None
 
 
-def sized_estimate(config, guarantee: float) -> None:
+def _under_xdist(config) -> bool:
+    return bool(getattr(config.option, "numprocesses", None)) or hasattr(config, "workerinput")
+
+
+def pytest_collection_finish(session) -> None:
+    """In one process, the ``--specgauge-guarantee`` estimate once the items are known, so that
+    ``-k``, ``-m`` and file arguments size only the fixtures of the assertions selected."""
+    config = session.config
+    guarantee = config.getoption("specgauge_guarantee", None)
+    if guarantee is None or _under_xdist(config):
+        return
+    import pytest
+
+    from specgauge.errors import SpecgaugeError
+
+    items = [item.callspec.params["specgauge_assertion"] for item in session.items
+             if "specgauge_assertion" in getattr(getattr(item, "callspec", None), "params", {})]
+    if not items:
+        return
+    try:
+        sized_estimate(config, guarantee, items)
+    except SpecgaugeError as exc:
+        raise pytest.UsageError(" ".join(str(exc).split())) from None
+
+
+def sized_estimate(config, guarantee: float, selected=None) -> None:
     """Print the rows, bytes and time a ``--specgauge-guarantee`` run will take, before any
-    test runs, and refuse (one line) what this machine cannot hold."""
+    test runs, and refuse (one line) what this machine cannot hold or the CPU budget allows.
+    ``selected``: the (check, fixture, position) names of the assertions selected; None, the
+    whole plan (under pytest-xdist, whose controller sees no items)."""
     import sys
 
-    from specgauge.stattests.chain.certify import CertConfig, plan_size
+    from specgauge.stattests.chain.certify import ALL_FIXTURES, CertConfig, plan_size
     from specgauge.stattests.chain.checks import CHECKS
     from specgauge.stattests.chain.shards import (DEFAULT_MAX_CPU_HOURS, refuse_over_budget, refuse_unholdable,
                                                   sized_plan)
@@ -121,14 +148,18 @@ def sized_estimate(config, guarantee: float) -> None:
     cert = CertConfig(tv=tv or guarantee, guarantee=guarantee, false_fail=config.getoption("specgauge_false_fail"),
                       assertions=plan_size(slow))
     budget = config.getoption("specgauge_max_cpu_hours", None) or DEFAULT_MAX_CPU_HOURS
+    items = None if selected is None else [(CHECKS[c], ALL_FIXTURES[f], pos) for c, f, pos in selected]
 
     def refuse(est) -> None:
         refuse_unholdable(est, None)
         refuse_over_budget(est, budget, option="--specgauge-max-cpu-hours")
 
-    _, pairs, _, est = sized_plan(cert, slow=slow, refuse=refuse)
+    _, pairs, _, est = sized_plan(cert, slow=slow, refuse=refuse, items=items)
     asked = {f.name: guarantee for f in pairs if CHECKS["identity"].applies(f)}
     workers = getattr(config.option, "numprocesses", None)
+    scope = ("the assertions selected" if selected is not None else
+             "the whole plan (under -n the selection is not known here)")
+    print(f"specgauge: sizing {scope}", file=sys.stderr)
     for line in est.lines(workers if isinstance(workers, int) and workers > 0 else 1, asked):
         print(f"specgauge: {line}", file=sys.stderr)
 

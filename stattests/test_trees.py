@@ -19,7 +19,7 @@ from specgauge.stattests.chain.certify import DEFAULT_FALSE_FAIL, assert_certifi
 from specgauge.stattests.tree.checks import (DEFAULT_TREE_TV, TREE_CHECKS, TreeCertConfig,
                                              TreeCertificationSession, tree_plan, tree_plan_size)
 from specgauge.stattests.core.tree_contract import DEFAULT_TREE_DECODERS, load_tree_decoder
-from specgauge.stattests.plugin import TREE_SESSIONS
+from specgauge.stattests.plugin import TREE_SESSIONS, decoder_spec
 from specgauge.stattests.tree.generate import GENERATION_CASES
 
 
@@ -28,7 +28,23 @@ def _specs(config: pytest.Config) -> list[str]:
     return [s.strip() for s in given.split(",") if s.strip()] if given else list(DEFAULT_TREE_DECODERS)
 
 
+def _about_a_chain_decoder(config: pytest.Config) -> str | None:
+    """A run naming a chain decoder (--specgauge-decoder or $SPECGAUGE_DECODER) and no tree
+    decoder is about that decoder: the three tree references are not certified in it (no tree
+    certificate printed or written). The reason the tree items skip with, else None."""
+    chain = decoder_spec(config)
+    if not chain or config.getoption("specgauge_tree_decoder", None):
+        return None
+    return (f"this run certifies the chain decoder {chain}; tree decoders are certified when named "
+            "(--specgauge-tree-decoder NAME[,NAME])")
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    skip = _about_a_chain_decoder(metafunc.config)
+    for name in ("specgauge_tree_generation", "specgauge_tree_assertion"):
+        if skip and name in metafunc.fixturenames:
+            metafunc.parametrize(name, [pytest.param(None, marks=pytest.mark.skip(reason=skip))], ids=["chain-run"])
+            return
     if "specgauge_tree_generation" in metafunc.fixturenames:
         items = [(spec, case) for spec in _specs(metafunc.config) for case in GENERATION_CASES]
         metafunc.parametrize("specgauge_tree_generation", items, ids=[f"{s}-{c}" for s, c in items])

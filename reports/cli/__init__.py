@@ -41,14 +41,27 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
-def interruptible() -> None:
+def interruptible(terminate: bool = False) -> None:
     """Make Ctrl-C (SIGINT) end every command with status 130, even where the parent left it ignored.
 
     A job started with ``&`` from a non-interactive shell inherits SIGINT ignored; Python then
     never installs its handler, and ``kill -INT`` does nothing to a run that may take hours.
+    With ``terminate`` (the console script, owning its process), SIGTERM unwinds the same way
+    (status 143), so a plain ``kill`` leaves no lock or temporary file behind.
     """
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if terminate and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminated)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is, so that its cleanup runs (locks, temporary
+    files, a sized run's empty shard folder): the default action would leave them behind."""
+
+
+def _terminated(signum, frame) -> None:
+    raise Terminated()
 
 
 def leave_now_if_threads_linger(status: int) -> None:
@@ -89,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     if dashes:  # argparse (3.11) turns --opt=-- into an empty list that skips the option's type and choices
         print(f"specgauge {command}: error: argument {dashes[:-3]}: expected a value, got '--'", file=sys.stderr)
         return 2
-    interruptible()
+    interruptible(terminate=from_console)
     try:
         module = importlib.import_module(SUBCOMMANDS[command][0])
         with parser_errors_in_one_line():  # a bad option is one line and exit status 2
@@ -99,11 +112,12 @@ def main(argv: list[str] | None = None) -> int:
         return int(getattr(exc, "exit_code", 1))
     except SystemExit as exc:  # argparse's: --help (0) or a usage error, already printed in one line (2)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
-    except KeyboardInterrupt:
-        print(f"specgauge {command}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        status = 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130
+        print(f"specgauge {command}: {'terminated' if status != 130 else 'interrupted'}", file=sys.stderr)
         if from_console:
-            leave_now_if_threads_linger(130)
-        return 130
+            leave_now_if_threads_linger(status)
+        return status
     except BrokenPipeError:  # the reader left before the command printed (e.g. `--help | head -1`)
         from .console import silence
 

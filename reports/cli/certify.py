@@ -12,6 +12,7 @@ from specgauge.stattests.chain.certify import (ALL_FIXTURES, DEFAULT_FALSE_FAIL,
 from specgauge.stattests.core.certificate import fold
 from specgauge.stattests.core.contract import decoder_name, load_decoder
 from specgauge.stattests.chain.checks import CHECKS
+from specgauge.stattests.chain.diagnosis import summary as chain_summary
 from specgauge.csvio import resolve_csv_target
 from specgauge.stattests.chain.certify import certification, sizing_note
 from specgauge.stattests.chain.shards import DEFAULT_MAX_CPU_HOURS, ShardError
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         cert.to_csv(target.path, {"arguments": arguments, "decoder": decoder_name(args.decoder), "tv": config.tv,
                                   "tv_by_fixture": dict(config.fixture_tv),
                                   "false_fail": config.false_fail, "seed": config.seed})
-    say(cert.summary(target.path))
+    say(chain_summary(cert, target.path))
     say(f"certificate: {target.path}")
     if args.plot:
         figures = plot_certificate(session.runs, cert, target.path)
@@ -123,7 +124,7 @@ def _sized(args, argv, target, decoder, config: CertConfig, options: SweepOption
     name = decoder_name(args.decoder)
     cache = ShardCache(target.path.with_name(target.path.name + ".shards"))
 
-    def refuse(est) -> None:  # after each fixture is sized: as soon as the part sized so far decides
+    def refuse(est) -> None:  # on the complete estimate: every fixture sized
         refuse_unholdable(est, cache.folder)
         refuse_over_budget(est, args.max_cpu_hours)
 
@@ -140,7 +141,9 @@ def _sized(args, argv, target, decoder, config: CertConfig, options: SweepOption
     print(fold(f"certifying {args.decoder or 'numpy'}: {sizing_note(config)}"
           + (f"; rows sized for worst-case TV {config.guarantee:g}" if config.guarantee is not None else "")
           + f"; {count} on {options.resolved_executor()}"), file=sys.stderr)
-    for line in est.lines(options.jobs, asked):
+    from specgauge.stattests.core.reference import NumpyDecoder
+
+    for line in est.lines(options.jobs, asked, reference=isinstance(decoder, NumpyDecoder)):
         print(fold(line), file=sys.stderr)
     for f in (f for f in pairs if f.name in asked):  # what the rows cost beyond what any test needs
         bound = guarantee_lower_bound(f, asked[f.name], planned.per_assertion, planned.false_pass)
@@ -149,7 +152,14 @@ def _sized(args, argv, target, decoder, config: CertConfig, options: SweepOption
     with sweep_lock(target, "specgauge certify " + " ".join(arguments)):
         if args.restart:
             cache.remove()
-        runs, reused = run_shards(plan_, name, cache, options, progress=options.progress)
+        try:
+            runs, reused = run_shards(plan_, name, cache, options, progress=options.progress)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep finished shards for the rerun, nothing else
+            kept = cache.tidy()
+            if kept:
+                say(f"kept {kept} finished shard(s) in {cache.folder}: the same command resumes them, "
+                    "--restart discards them", file=sys.stderr)
+            raise
         if reused:
             say(f"resumed {reused} of {len(plan_)} shard(s) from {cache.folder}")
         session = certification(decoder, config, checks=args.check, fixtures=args.fixture,
@@ -171,7 +181,7 @@ def _sized(args, argv, target, decoder, config: CertConfig, options: SweepOption
                  "rows are sized on the identity test's planning figure (analytic critical value), the rows state "
                  "it at the simulated null's critical value, a few per cent apart and not monotone in the "
                  "emissions; the bonus row says what the asked TV needs there"))
-    say(cert.summary(target.path))
+    say(chain_summary(cert, target.path))
     say(f"certificate: {target.path}")
     if args.plot:
         say(figures_note(plot_certificate(session.runs, cert, target.path)))

@@ -208,8 +208,10 @@ def _die_with_parent() -> None:
 
 
 def _worker_init() -> None:
-    """Workers leave Ctrl-C to the main process, which stops them; and die with it."""
+    """Workers leave Ctrl-C to the main process, which stops them; and die with it (SIGTERM
+    kills a worker outright, whatever handler the command installed in its parent)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _die_with_parent()
 
 

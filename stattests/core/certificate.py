@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -77,7 +78,9 @@ def verdict(result: TestResult) -> str:
     return "pass" if result.passed else "fail"
 
 
-_OBSERVED_EXPECTED = (("observed_rate", "expected_rate"), ("observed_mean", "expected_mean"))
+#: (observed key, expected key, how a FAIL line names the pair) in a test's details
+_OBSERVED_EXPECTED = (("observed_rate", "expected_rate", "rate {o} observed, {e} expected by the law"),
+                      ("observed_mean", "expected_mean", "mean {o} observed, {e} expected by the law"))
 
 
 def certificate_row(decoder: str, check: str, family: str, fixture: str, position: str,
@@ -87,18 +90,21 @@ def certificate_row(decoder: str, check: str, family: str, fixture: str, positio
     details = dict(result.details or {})
     message = str(details.get("error", ""))
     observed = expected = float("nan")
-    for obs_key, exp_key in _OBSERVED_EXPECTED:
+    label = "observed {o}, expected {e}"
+    for obs_key, exp_key, text in _OBSERVED_EXPECTED:
         if obs_key in details:
-            observed, expected = float(details[obs_key]), float(details[exp_key])
+            observed, expected, label = float(details[obs_key]), float(details[exp_key]), text
     if "measured_tv" in details:  # goodness of fit: the measured TV against the expected 0
         observed, expected = float(details["measured_tv"]), 0.0
+        label = "measured TV {o} from the expected law (0 when exact)"
     if "observed_collisions" in details:
         observed, expected = float(details["observed_collisions"]), float(details["expected_collisions"])
+        label = "rare-token collisions {o} observed, {e} expected"
         message = message or f"detects a relative change of {details['detectable_relative_shift']:.2g} in sum r^2"
     if not message and "message" in details:
         message = str(details["message"])
     if not message and not result.passed and np.isfinite(observed):
-        message = f"observed {observed:.4g}, expected {expected:.4g}"
+        message = label.format(o=f"{observed:.4g}", e=f"{expected:.4g}")
     return {"decoder": decoder, "check": check, "family": family, "fixture": fixture, "position": position,
             "n": result.n, "statistic": result.statistic, "pvalue": result.pvalue,
             "false_fail_rate": result.false_fail_rate,
@@ -197,9 +203,11 @@ class Certificate:
                      f"(asymptotic laws; column false_fail_basis)")
         return line
 
-    def summary(self, csv_path: str | None = None) -> str:
+    def summary(self, csv_path: str | None = None, diagnosis: Sequence[str] = ()) -> str:
         """The verdict in a few lines, then the first failures; a longer listing ends with how many more
-        there are and where (``csv_path``, the certificate's file, when it is written)."""
+        there are and where (``csv_path``, the certificate's file, when it is written). ``diagnosis``:
+        lines naming the likely cause of the failures, printed under the verdict (a room's reading of
+        its own checks: ``specgauge.stattests.chain.diagnosis``)."""
         f = self.frame
         v = self.verdicts
         lines = [f"decoder {', '.join(sorted(set(f['decoder'])))}: {len(f)} assertions, "
@@ -208,6 +216,7 @@ class Certificate:
         lines.append(f"  exact: NO; every call raised: {raised}" if raised else
                      f"  exact: {'yes' if v['exact'] else 'NO'}; optimal acceptance (1 - TV, the law): "
                      f"{'yes' if v['optimal_acceptance'] else self._why_not_optimal()}")
+        lines += [] if raised else list(diagnosis)
         rate = f["false_fail_rate"].astype(float)
         guarantee = f["detectable"].astype(str).str.startswith("GUARANTEE")
         independence = f[(f["check"] == "independence-calls") & (f["verdict"] != "untested")]
@@ -238,7 +247,8 @@ class Certificate:
         listed = 0 if raised else MAX_LISTED_FAILURES
         for _, row in failed.head(listed).iterrows():
             where = f"{row['fixture']}{'-' + row['position'] if row['position'] else ''}"
-            lines.append(f"  FAIL {row['check']}[{where}]: p-value {row['pvalue']:.3g} {row['message']}".rstrip())
+            message = str(row["message"]).strip()
+            lines.append(f"  FAIL {row['check']}[{where}]: p-value {row['pvalue']:.3g}" + (f"; {message}" if message else ""))
         if len(failed) > listed and not raised:
             lines.append(f"  ... and {len(failed) - listed} more failed assertion{'s' if len(failed) - listed > 1 else ''}"
                          + (f" in {Path(csv_path).name}" if csv_path else " in the certificate"))
