@@ -4,9 +4,18 @@ Vectorised over batch and positions: no Python loop per row or per token. The ru
 split in three steps (accept a prefix, pick the final distribution, assemble the
 output) so that variants, such as the zoo's buggy decoders, change one step and reuse
 the others.
+
+Speed (benchmarks/bench_reference.py). Entries are read by flat index, never through
+``take_along_axis``; where every row shares one law (inputs broadcast along the batch, as a
+fixture's context-free laws are), the γ + 1 final distributions are built once and each
+row's token is an inverse-CDF search in its position's row. The random numbers are drawn
+in the same order and compared with the same sums, so a seed gives the same tokens as the
+row-by-row form.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -14,14 +23,67 @@ from specgauge.stattests.core.contract import PAD
 from specgauge.stattests.core.sampling import sample_rows, sample_rows_at
 
 
+def _at_tokens(probs: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """``probs[b, k, tokens[b, k]]`` for k < γ (``probs`` [B, ≥γ, V]), by flat index: one law
+    shared by every row (batch stride 0) is read from its first row; a C-contiguous array
+    through its flat view."""
+    batch, gamma = tokens.shape
+    vocab = probs.shape[2]
+    if batch and probs.strides[0] == 0:
+        offsets = np.tile(np.arange(gamma) * vocab, batch).reshape(batch, gamma)
+        return np.ascontiguousarray(probs[0, :gamma]).reshape(-1).take(offsets + tokens)
+    if probs.flags.c_contiguous:
+        offsets = (np.arange(batch)[:, None] * (probs.shape[1] * vocab) + np.arange(gamma) * vocab)
+        return probs.reshape(-1).take(offsets + tokens)
+    return np.take_along_axis(probs[:, :gamma], tokens[..., None], axis=2)[..., 0]
+
+
+#: The leading acceptances of a row, from its acceptance bytes packed into one integer
+#: (byte k of the row's word is 1 when draft k is accepted), for γ ≤ 8: index by
+#: (word × _PACK) >> _SHIFT, which gathers the bytes' low bits into one byte.
+_PACK = {1: (np.uint8, 1, 0), 2: (np.uint16, 0x0102, 8), 4: (np.uint32, 0x01020408, 24),
+         8: (np.uint64, 0x0102040810204080, 56)}
+
+
+def _leading_table(width: int) -> np.ndarray:
+    kind, mult, shift = _PACK[width]
+    table = np.zeros(256, dtype=np.int64)
+    for bits in range(1 << width):
+        word = np.array([(bits >> k) & 1 for k in range(width)], dtype=np.uint8).view(kind)
+        packed = int(((word * kind(mult)) >> kind(shift))[0]) if width > 1 else bits
+        table[packed & 0xFF] = next((k for k in range(width) if not (bits >> k) & 1), width)
+    return table
+
+
+_LEADING = {w: _leading_table(w) for w in _PACK}
+
+
+def leading_true(accept: np.ndarray) -> np.ndarray:
+    """Per row of a bool [B, γ] array, how many entries are True before the first False."""
+    batch, gamma = accept.shape
+    width = next((w for w in _PACK if w >= gamma), None)
+    if width is None:  # long drafts: γ passes over the batch
+        n = np.zeros(batch, dtype=np.int64)
+        alive = np.ones(batch, dtype=bool)
+        for k in range(gamma):
+            alive &= accept[:, k]
+            n += alive
+        return n
+    if width != gamma:  # pad with rejections: the count stops there anyway
+        padded = np.zeros((batch, width), dtype=bool)
+        padded[:, :gamma] = accept
+        accept = padded
+    kind, mult, shift = _PACK[width]
+    word = np.ascontiguousarray(accept).view(np.uint8).view(kind).reshape(batch)
+    if width > 1:
+        word = (word * kind(mult)) >> kind(shift)
+    return _LEADING[width].take(word.astype(np.intp, copy=False) & 0xFF)
+
+
 def accepted_prefix(target_probs: np.ndarray, draft_probs: np.ndarray, draft_tokens: np.ndarray,
                     uniforms: np.ndarray) -> np.ndarray:
     """Drafts accepted per row: accept x while ``u·q(x) < p(x)`` (probability min(1, p/q))."""
-    gamma = draft_tokens.shape[1]
-    p_x = np.take_along_axis(target_probs[:, :gamma], draft_tokens[..., None], axis=2)[..., 0]
-    q_x = np.take_along_axis(draft_probs, draft_tokens[..., None], axis=2)[..., 0]
-    rejected_at = ~(uniforms * q_x < p_x)
-    return np.where(rejected_at.any(axis=1), rejected_at.argmax(axis=1), gamma)
+    return leading_true(uniforms * _at_tokens(draft_probs, draft_tokens) < _at_tokens(target_probs, draft_tokens))
 
 
 def final_rows(target_probs: np.ndarray, draft_probs: np.ndarray,
@@ -45,14 +107,161 @@ def residual(final_p: np.ndarray, final_q: np.ndarray) -> np.ndarray:
     return dist
 
 
-def assemble(draft_tokens: np.ndarray, n_accepted: np.ndarray, final_token: np.ndarray) -> np.ndarray:
-    """The contract's output: the accepted prefix, the final token, then -1."""
+def assemble(draft_tokens: np.ndarray, n_accepted: np.ndarray, final_token: np.ndarray,
+             out: np.ndarray | None = None) -> np.ndarray:
+    """The contract's output: the accepted prefix, the final token, then -1 (into ``out``, a
+    C-contiguous int64 [B, γ + 1], when given)."""
     batch, gamma = draft_tokens.shape
-    emitted = np.full((batch, gamma + 1), PAD, dtype=np.int64)
-    keep = np.arange(gamma)[None, :] < n_accepted[:, None]
-    emitted[:, :gamma] = np.where(keep, draft_tokens, PAD)
-    emitted[np.arange(batch), n_accepted] = final_token
+    emitted = np.empty((batch, gamma + 1), dtype=np.int64) if out is None else out
+    if gamma:  # each row's drafts copied as one γ·8-byte item
+        tokens = np.ascontiguousarray(draft_tokens, dtype=np.int64)
+        head = np.dtype([("head", f"V{8 * gamma}"), ("tail", "<i8")])
+        emitted.view(head).reshape(batch)["head"] = tokens.view(f"V{8 * gamma}").reshape(batch)
+    flat = emitted.reshape(-1)
+    short = np.flatnonzero(n_accepted < gamma)  # rows with a rejection: −1 after their final token
+    pads = gamma - n_accepted[short]  # at places n + 1 … γ of the row
+    ends = np.cumsum(pads)
+    first = short * (gamma + 1) + (gamma + 1) - pads
+    flat[np.repeat(first - (ends - pads), pads) + np.arange(int(ends[-1]) if ends.size else 0)] = PAD
+    flat[np.arange(batch) * (gamma + 1) + n_accepted] = final_token
     return emitted
+
+
+@dataclass(frozen=True, eq=False)
+class _SharedLaw:
+    """What the rule needs of one law shared by every row, built once per law."""
+
+    thresholds: np.ndarray  # [γ·V]: accept draft x at k when u < thresholds[k·V + x]
+    cdf: np.ndarray  # [γ + 1, V]: the final distributions' cumulative sums
+    last: np.ndarray  # [γ + 1]: each final distribution's last possible token
+    keys: np.ndarray  # the (law, m) search keys of :func:`_grid_tokens`
+    token_at: np.ndarray
+    guide: np.ndarray  # [(γ + 1)·2^GUIDE_BITS]: the token of each (law, u bucket), −1 where it varies
+
+
+_LAST_LAW: list = [None, None]  # (the law's bytes, its _SharedLaw): a run repeats one law call after call
+
+
+def _shared_law(p: np.ndarray, q: np.ndarray) -> _SharedLaw:
+    gamma, vocab = q.shape
+    key = p.tobytes() + q.tobytes()
+    if _LAST_LAW[0] == key:
+        return _LAST_LAW[1]
+    table = np.empty((gamma + 1, vocab))
+    table[:gamma] = np.maximum(p[:gamma] - q, 0.0)
+    empty = table[:gamma].sum(axis=1) <= 0.0
+    table[:gamma][empty] = p[:gamma][empty]
+    table[gamma] = p[gamma]
+    cdf = np.cumsum(table, axis=1)
+    last = vocab - 1 - np.argmax(table[:, ::-1] > 0, axis=1)  # each row's last possible token
+    keys, token_at = _grid_keys(cdf, last)
+    law = _SharedLaw(_acceptance_thresholds(p[:gamma], q).reshape(-1), cdf, last, keys, token_at,
+                     _guide(keys, token_at, gamma + 1))
+    _LAST_LAW[:] = [key, law]
+    return law
+
+
+def _shared_verify(target_probs: np.ndarray, draft_probs: np.ndarray, draft_tokens: np.ndarray,
+                   uniforms: np.ndarray, rng: np.random.Generator, final_uniforms: np.ndarray | None) -> np.ndarray:
+    """The rule when every row shares one law (batch stride 0): the acceptance tests read
+    from one [γ, V] table of thresholds, the γ + 1 final distributions (residuals, then the
+    bonus row) built once, and each row's final token the inverse CDF of its own, with the
+    same products and comparisons as the row-by-row form."""
+    batch, gamma = draft_tokens.shape
+    p, q = np.ascontiguousarray(target_probs[0]), np.ascontiguousarray(draft_probs[0])
+    vocab = p.shape[1]
+    law = _shared_law(p, q)
+    thresholds = law.thresholds.reshape(gamma, vocab)
+    final_u = rng.random(batch) if final_uniforms is None else np.asarray(final_uniforms, dtype=np.float64).reshape(-1)
+    emitted = np.empty((batch, gamma + 1), dtype=np.int64)
+    for start in range(0, batch, CHUNK_ROWS):  # blocks of rows: the temporaries stay small and in cache
+        rows = slice(start, min(batch, start + CHUNK_ROWS))
+        tokens, u = draft_tokens[rows], uniforms[rows]
+        accept = np.empty(tokens.shape, dtype=bool)
+        for k in range(gamma):  # column by column: no [B, γ] index or entry array
+            np.less(u[:, k], thresholds[k].take(tokens[:, k]), out=accept[:, k])
+        n_accepted = leading_true(accept)
+        if final_uniforms is None:  # drawn here, so on the 2^-53 grid: the search runs on integers
+            final = _grid_tokens(law, n_accepted, final_u[rows])
+        else:
+            final = np.empty(n_accepted.size, dtype=np.int64)
+            for k in range(gamma + 1):
+                at = np.flatnonzero(n_accepted == k)
+                if at.size:  # u·total rounded up to total lands past the last possible token: step back
+                    found = np.searchsorted(law.cdf[k], final_u[rows][at] * law.cdf[k, -1], side="right")
+                    final[at] = np.minimum(found, law.last[k])
+        assemble(tokens, n_accepted, final, out=emitted[rows])
+    return emitted
+
+
+#: Rows a block of the shared-law rule handles at once.
+CHUNK_ROWS = 16_384
+
+
+def _acceptance_thresholds(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """t with ``u < t`` exactly when ``u·q < p`` in floating point, for every float u ≥ 0:
+    fl(u·q) grows with u, so the u it accepts are those below the least float it rejects."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(q > 0, p / q, np.where(p > 0, np.inf, 0.0))
+    finite = np.isfinite(t) & (q > 0)
+    q1 = np.where(finite, q, 1.0)
+    for _ in range(8):  # p / q is within an ulp or two: step to the least rejected float
+        down = np.nextafter(t, 0.0)
+        t = np.where(finite & (t > 0) & ~(down * q1 < p), down, t)
+        t = np.where(finite & (t * q1 < p), np.nextafter(t, np.inf), t)
+    return t
+
+
+_GRID = 2.0 ** 53  # numpy's random() is (a 53-bit integer) / 2^53
+
+
+def _grid_keys(cdf: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Search keys for :func:`_grid_tokens`: entry j of law k is counted from the least m with
+    cdf[k, j] ≤ fl((m / 2^53)·total) (fl(u·total) grows with m), keyed k·2^54 + m; each law's
+    keys stop below its last possible token, then a stop key, and ``token_at`` maps a search
+    position to the count it stands for."""
+    laws = cdf.shape[0]
+    total = cdf[:, -1:]
+    m = np.ceil(cdf / total * _GRID)  # then corrected to the least such m
+    for _ in range(4):
+        m = np.where((m > 0) & (cdf <= ((m - 1) / _GRID) * total), m - 1, m)
+        m = np.where(cdf <= (m / _GRID) * total, m, m + 1)
+    keys, starts = [], np.zeros(laws + 1, dtype=np.int64)
+    for k in range(laws):
+        keys.append((k << 54) + m[k, :last[k]].astype(np.int64))
+        keys.append(np.array([(k << 54) + (1 << 54) - 1], dtype=np.int64))
+        starts[k + 1] = starts[k] + last[k] + 1
+    keys = np.concatenate(keys)
+    return keys, np.arange(keys.size) - np.repeat(starts[:-1], last + 1)
+
+
+#: u's leading bits that pick a bucket of the guide table.
+GUIDE_BITS = 12
+
+
+def _guide(keys: np.ndarray, token_at: np.ndarray, laws: int) -> np.ndarray:
+    """The token of every (law, bucket of 2^(53 − GUIDE_BITS) values of m), −1 where a key
+    falls inside the bucket (the search decides those rows)."""
+    width = 1 << (53 - GUIDE_BITS)
+    starts = (np.arange(laws)[:, None] << 54) + np.arange(1 << GUIDE_BITS)[None, :] * width
+    low = token_at.take(np.searchsorted(keys, starts, side="right"))
+    high = token_at.take(np.searchsorted(keys, starts + width - 1, side="right"))
+    return np.where(low == high, low, -1).reshape(-1)
+
+
+def _grid_tokens(law: _SharedLaw, rows_law: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
+    """Token of each row for u = m / 2^53 (numpy's ``random()``): the number of its law's
+    cdf entries at most u·total, capped at the law's last possible token. The guide table
+    gives it from u's leading bits (u·2^GUIDE_BITS is exact); where a bucket holds a key,
+    one integer search over the (law, m) keys does."""
+    bucket = (uniforms * (1 << GUIDE_BITS)).astype(np.int64)
+    bucket += rows_law << GUIDE_BITS
+    tokens = law.guide.take(bucket)
+    unsure = np.flatnonzero(tokens < 0)
+    if unsure.size:
+        key = (uniforms[unsure] * _GRID).astype(np.int64) | (rows_law[unsure] << 54)
+        tokens[unsure] = law.token_at.take(np.searchsorted(law.keys, key, side="right"))
+    return tokens
 
 
 def leviathan_verify(
@@ -68,6 +277,9 @@ def leviathan_verify(
     At the first rejection draw from normalize(max(p − q, 0)), or from p when that
     residual is zero up to rounding; after γ acceptances draw the bonus from row γ.
     """
+    batch, gamma = draft_tokens.shape
+    if batch and gamma and target_probs.strides[0] == 0 and draft_probs.strides[0] == 0:  # one law for every row
+        return _shared_verify(target_probs, draft_probs, draft_tokens, np.asarray(uniforms), rng, final_uniforms)
     n_accepted = accepted_prefix(target_probs, draft_probs, draft_tokens, uniforms)
     final_p, final_q, _ = final_rows(target_probs, draft_probs, n_accepted)
     dist = residual(final_p, final_q)
