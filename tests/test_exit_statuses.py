@@ -120,6 +120,11 @@ CASES = [
      "spec.json, line 6, field 'spec_decode_acceptance_length': expected an accepted length"),
     ("calibrate-steps-missing", ["calibrate", "--gpu", "h100", "--target", "llama-3.1-8b", "--steps", "none.csv",
                                  "--out", "out.toml"], 2, "none.csv"),
+    # validate: a team's rows read at the door, before any simulation
+    ("validate-level", ["validate", "--level", "2"], 2, "--level must be in [0.5, 1)"),
+    ("validate-no-deployment", ["validate", "--add", "spec.json"], 2, "does not record its deployment"),
+    ("validate-bad-rows", ["validate", "--add", "steps.csv"], 2, "lacks column(s)"),
+    ("validate-missing", ["validate", "--add", "none.csv"], 2, "none.csv"),
     # probe
     ("probe-url", ["probe", "not a url", "--samples", "1", "--out", "x.jsonl"], 2, "not a url"),
     # compare
