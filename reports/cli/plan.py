@@ -258,8 +258,6 @@ def _rate_defaults(args: argparse.Namespace) -> None:
         raise PlanError("--rate searches the request rate itself (bisection per configuration); drop --qps")
     if args.arrival is not None and any(a.strip() in ("trace", "closed") for a in str(args.arrival).split(",")):
         raise PlanError(f"--rate searches a Poisson or gamma arrival rate; --arrival {args.arrival} has no rate to search")
-    if args.arrival is not None and any(a.strip() in ("trace", "closed") for a in str(args.arrival).split(",")):
-        raise PlanError(f"--rate searches a Poisson or gamma arrival rate; --arrival {args.arrival} has no rate to search")
     for dest, value in RATE_DEFAULTS.items():
         if getattr(args, dest) is None:
             setattr(args, dest, value)
