@@ -10,7 +10,7 @@ import pytest
 
 from specgauge.reports.cli import plan
 from specgauge.reports.planning.capacity import CapacityQuery, capacity_row, judge, replicas_for, sizing_table
-from specgauge.reports.planning.decisions import slo_capacity
+from specgauge.reports.planning.decisions import decide, slo_capacity
 from specgauge.reports.planning.slo import parse_slo
 from specgauge.simulator import SimulationConfig, simulate
 from specgauge.simulator.metrics import stability
@@ -49,6 +49,10 @@ def test_an_overloaded_run_never_meets_an_slo():
     assert all("stable queue" in d for d in only_overloaded["detail"])
     ok, why = judge(overloaded.iloc[0].to_dict(), parse_slo("tpot:60"))
     assert not ok and why.startswith("unstable")
+    # the best γ at an overloaded load says what it rests on
+    best = decide(frame, ["gpu", "tp", "gamma", "batch_size", "qps"], parse_slo(None))
+    best = best[best["decision"] == "best_gamma_latency"].set_index("qps")["detail"]
+    assert "an unstable run" in best[20.0] and "unstable" not in best[1.0]
 
 
 def _passes(config: SimulationConfig, qps: float, slo) -> bool:

@@ -83,6 +83,14 @@ def _groups(frame: pd.DataFrame, columns: list[str]):
     yield from frame.groupby(columns, dropna=False, sort=False)
 
 
+def _unstable_note(row: pd.Series) -> str:
+    """``; unstable run (...)`` when a decision rests on a run whose queue did not keep up."""
+    if bool(_stable(pd.DataFrame([row])).iloc[0]):
+        return ""
+    return (f"; an unstable run (served {float(row['served_fraction']):.0%} of the offered rate): its latencies "
+            "describe the run's length, not the service")
+
+
 def _nan_to_none(value: Any) -> Any:
     return None if isinstance(value, float) and np.isnan(value) else value
 
@@ -135,7 +143,7 @@ def best_gamma(frame: pd.DataFrame, scope_cols: list[str]) -> list[dict[str, Any
                     (bounds["value_lo"], bounds["value_hi"]), (bounds["speedup_lo"], bounds["speedup_hi"]) = \
                         _bounds(best, metric), _bounds(best, ratio_column)
                 detail = f"{draft_shape(best)}: {metric} {value:.4g} vs {baseline:.4g} without speculation" + (
-                    f"; γ in {{{within}}} within the interval" if within and "," in within else "")
+                    f"; γ in {{{within}}} within the interval" if within and "," in within else "") + _unstable_note(best)
                 out.append(_decision(decision, scope, best, metric=metric, value=value, baseline=baseline,
                                      speedup=ratio, detail=detail, gammas_within=within, **bounds))
     return out
