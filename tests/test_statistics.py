@@ -191,3 +191,19 @@ def test_empty_samples_are_untested_not_failed():
     for result in (goodness_of_fit(np.zeros(6, int), P), ks_uniformity(np.array([])),
                    acceptance_rate_test(np.array([], bool), 0.5), independence_test(np.array([]), np.array([]))):
         assert result.n == 0 and result.passed and math.isinf(result.min_detectable_tv)
+
+
+def test_an_untested_tail_says_why_not_that_the_position_is_never_reached():
+    """A reached position whose rare tokens are too few to collide skips with the real reason."""
+    import pytest as _pytest
+
+    from specgauge.stattests.chain.checks import CHECKS
+    from specgauge.stattests.core.certificate import assert_certified
+    from specgauge.stattests.core.statistics import tail_collision_test
+
+    probs = np.full(1_000, 1e-3)
+    counts = np.random.default_rng(0).multinomial(100, probs)  # about 10 equal pairs expected: too few
+    result = tail_collision_test(counts, probs)
+    assert result.n == 0 and result.passed and "100 draws" in result.details["reason"]
+    with _pytest.raises(_pytest.skip.Exception, match="untested at 100 draws: no band of rare tokens"):
+        assert_certified(CHECKS["tail-collisions"], "wide", result)

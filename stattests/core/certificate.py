@@ -280,7 +280,8 @@ def assert_certified(check, fixture_name: str, result: TestResult) -> None:
     import pytest
 
     if result.n == 0 and result.passed:
-        pytest.skip(f"{check.name} on {fixture_name}: no samples, the position it tests is never reached")
+        why = (result.details or {}).get("reason") or "no samples, the position it tests is never reached"
+        pytest.skip(f"{check.name} on {fixture_name}: {why}")
     message = f"{check.meaning}\n{result.describe()}"
     if result.details and "error" in result.details:
         message += f"\n{result.details['error']}"

@@ -283,8 +283,14 @@ def tail_collision_test(
             if mean >= 2 * MIN_COLLISIONS:
                 bands.append((observed, mean, variance))
     m = int(counts[tail].sum())
-    if not bands:
-        return TestResult("tail_collisions", 0.0, 1.0, 0, false_fail_rate, math.nan)
+    if not bands:  # untested (n = 0): say why, the position itself may well be reached
+        reason = (f"untested at {int(n):,} draws: no band of rare tokens (expected fewer than {min_expected:g} "
+                  f"times each, none holding more than {MAX_SHARE:.0%} of its band) expects "
+                  f"{2 * MIN_COLLISIONS:g} equal pairs; {m:,} draws fell on rare tokens")
+        if not tail.any():
+            reason = f"untested at {int(n):,} draws: no token is rare at this size (each expected {min_expected:g}+ times)"
+        return TestResult("tail_collisions", 0.0, 1.0, 0, false_fail_rate, math.nan, None,
+                          {"message": reason, "reason": reason})
     pvalues = [_gamma_two_sided(*band_) for band_ in bands]
     worst = int(np.argmin(pvalues))
     power_z = stats.norm.isf(false_fail_rate / (2 * len(bands))) + stats.norm.isf(false_pass_rate)
