@@ -77,3 +77,21 @@ def test_figure_titles_name_the_layout():
     assert "(tp 4)" in dense
     moe = scenario_title([SimulationConfig(gpu="h200", target="deepseek-v3", draft="mtp", tp=1, dp=8, ep=8)])
     assert "(tp 1 × dp 8, ep 8)" in moe
+
+
+def test_unstable_runs_are_marked_in_the_rate_figure(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    import specgauge.reports.figures.curves as plots
+
+    seen = {}
+
+    def legend(fig, path):
+        seen[path.name] = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+        return path
+
+    monkeypatch.setattr(plots, "save_figure", legend)
+    rows = [{"gamma": g, "qps": q, "batch_size": 64, "alpha": 0.8, "stable": q < 16,
+             "tpot_speedup_vs_no_spec": 1.5 if g else 1.0, "speedup_vs_no_spec": 1.2 if g else 1.0,
+             "output_throughput": 100.0 * q, "p99_tpot_ms": 10.0 + q} for g in (0, 3) for q in (2, 8, 16, 32)]
+    plots.plot_plan(pd.DataFrame(rows), tmp_path / "plan.csv")
+    assert "unstable run (queue growing)" in seen["plan_speedup_vs_rate.png"]

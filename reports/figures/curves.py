@@ -125,6 +125,12 @@ def _speedup_axes(ax, spec: pd.DataFrame, axis: str, metric: str, xlabel: str, y
     table = spec.pivot_table(index=axis, columns="gamma", values=metric, aggfunc="first")
     for gamma in table.columns:
         ax.plot(table.index, table[gamma].to_numpy(float), "o-", ms=3, label=f"γ = {gamma}")
+    if "stable" in spec:
+        stable = spec["stable"].map(lambda v: str(v).strip().lower() in ("true", "1", "1.0"))
+        unstable = spec[~stable]
+        if len(unstable):  # an overloaded run's speed-up describes the run's length, not the service
+            ax.plot(unstable[axis].astype(float), unstable[metric].astype(float), "x", color="tab:red", ms=8,
+                    label="unstable run (queue growing)")
     ax.axhline(1.0, color="k", lw=1, ls="--", label="break-even")
     answer = break_even_from_table(axis, table.index.to_numpy(float), [int(g) for g in table.columns],
                                    table.to_numpy(float))
