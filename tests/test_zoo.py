@@ -21,6 +21,7 @@ import pytest
 
 from specgauge.stattests.chain.certify import CertConfig, Certificate, certify
 from specgauge.stattests.chain.checks import CHECKS
+from specgauge.stattests.chain.diagnosis import diagnose, summary
 from specgauge.stattests.core.contract import load_decoder
 from specgauge.stattests.core.reference import NumpyDecoder
 from specgauge.stattests.chain.zoo import EXACT_ALTERNATIVES, ZOO
@@ -107,6 +108,43 @@ def test_exact_alternative_passes(name):
     cert = certificate(name)
     assert cert.passed, cert.summary()
     assert cert.verdicts == {"exact": True, "optimal_acceptance": True, "lossy": False}
+
+
+#: The bug class a FAIL's diagnosis should name first for each mutant: the zoo table of
+#: docs/gate.md, its mistakes grouped by what the author must look at.
+BUG_CLASS = {
+    "resample-from-p": "correction", "reused-uniform": "correction", "drop-bonus": "no-bonus",
+    "bonus-from-q": "bonus", "bonus-from-position-4": "bonus", "large-vocab-bonus-from-q": "bonus",
+    "target-temperature-ignored": "target", "topk-renormalised-q": "acceptance", "accept-all": "acceptance",
+    "off-by-one-target-row": "position-shift", "in-place-draft-probs": "contract", "wrong-row-q": "row-mixup",
+    "small-batch-fast-path": "small-calls", "long-draft-bug": "long-drafts", "alternating-tail-bias": "tail",
+    "band-tail-permutation": "tail", "shared-row-randomness": "rows", "shared-at-half-batch": "rows",
+    "reseed-without-advancing": "rows", "stratified-rows": "rows", "correction-from-earlier-token": "positions",
+    "herded-remainder": "calls", "herded-bonus": "calls",
+}
+
+
+def test_every_mutant_has_a_bug_class():
+    assert set(BUG_CLASS) == set(ZOO)
+
+
+def test_the_diagnosis_names_the_bug_class_of_most_failing_mutants():
+    """A FAIL names its likely cause: the class named first is the mutant's for at least 80 %
+    of the mutants that fail (the certificates above, reused)."""
+    failing = [n for n in ZOO if not certificate(n).passed]
+    named = {n: [c.key for c in diagnose(certificate(n).frame)] for n in failing}
+    wrong = {n: keys for n, keys in named.items() if keys[:1] != [BUG_CLASS[n]]}
+    print(f"diagnosis right for {len(failing) - len(wrong)} of {len(failing)} failing mutants; wrong: {wrong}")
+    assert len(failing) - len(wrong) >= 0.8 * len(failing), wrong
+    text = summary(certificate("resample-from-p"))
+    assert "likely cause (a guess" in text and "correction after a rejection" in text, text
+
+
+@pytest.mark.parametrize("name", ["reference", *EXACT_ALTERNATIVES])
+def test_the_diagnosis_names_nothing_for_a_passing_decoder(name):
+    cert = certificate(name)
+    assert cert.passed and diagnose(cert.frame) == ()
+    assert "likely cause" not in summary(cert)
 
 
 @pytest.mark.parametrize("name", list(ZOO))
