@@ -120,7 +120,7 @@ def test_logprob_mode_passes_an_exact_server(tmp_path, chat):
     _probe(tmp_path / "run.jsonl", FakeOpenAI(seed=3), samples=1000, top_logprobs=4, chat=chat)
     cert = one_sample_logprobs(read_probe(tmp_path / "run.jsonl"))
     assert cert.passed, cert.verdict()
-    pos0 = cert.frame.set_index("position").loc["pos0"]
+    pos0 = cert.frame[cert.frame["check"] == "position-given-prefix"].set_index("position").loc["pos0"]
     assert pos0["min_detectable_tv"] < 0.1 and pos0["detectable"].startswith("sample-weighted RMS")
 
 

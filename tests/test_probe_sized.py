@@ -73,9 +73,9 @@ def test_an_interrupted_sized_probe_resumes_to_the_planned_file(tmp_path, prompt
 
     out = tmp_path / "run.jsonl"
     with serve_app(FakeOpenAI(rule="exact", seed=4, latency_s=0.01)) as url:
-        cut = _sized(url, out, "--deadline", "4", "--concurrency", "1", "--n", "1")
+        cut = _sized(url, out, "--deadline", "4", "--concurrency", "1", "--n", "1", tv="0.5")
         header = out.read_bytes().split(b"\n")[0]
-        whole = _sized(url, out, "--n", "1")
+        whole = _sized(url, out, "--n", "1", tv="0.5")
     assert cut.returncode == 1 and "rerun to resume" in cut.stderr.strip().splitlines()[-1], cut.stderr
     assert whole.returncode == 0 and _plan(whole.stderr) == _plan(cut.stderr), whole.stderr
     run = read_probe(out)
@@ -102,3 +102,40 @@ def test_the_early_test_keeps_its_rate_on_exact_draws():
     tokens = rng.choice(law.size, size=3000, p=colder)
     steps = next(i for i, t in enumerate(tokens) if (e.add([{"p": 0, "t": int(t)}]) or e.e_value >= 1e6))
     assert steps < 600, steps
+
+
+def _sized_here(url, out, capsys, *extra):
+    """The real command in this process (the fake on uvicorn in a thread): status and stderr."""
+    from specgauge.reports import cli
+
+    status = cli.main(["probe", url, "--out", str(out), "--prompts", str(out.with_name("prompts.jsonl")),
+                       "--top-logprobs", "8", "--no-progress", *extra])
+    return status, capsys.readouterr().err
+
+
+def test_every_heavy_context_of_every_position_is_planned_and_watched(tmp_path, prompts, capsys):
+    """A server biased at the third position only (sampling at half the temperature there, reporting the
+    exact law) is stopped by the early test, which watches every heavy context up to L, long before its plan."""
+    with serve_app(FakeOpenAI(seed=6, biased_position=2, sample_temperature_factor=0.5)) as url:
+        status, err = _sized_here(url, tmp_path / "run.jsonl", capsys, "-L", "3", "--guarantee", "0.2",
+                                  "--context-mass", "0.15")
+    plan = next(x for x in err.splitlines() if x.startswith("probe: plan: "))
+    assert "positions 0, 1, 2" in plan, plan
+    assert status == 1 and "e-value reached" in err and "position 2" in err.strip().splitlines()[-1], err
+    drawn = sum(1 for _ in open(tmp_path / "run.jsonl")) - 1
+    assert drawn < 0.5 * _plan(err) * len(PROMPTS), (drawn, plan)
+
+
+def test_the_exact_server_at_every_position_is_not_stopped_and_every_planned_context_states_its_tv(tmp_path, prompts,
+                                                                                                  capsys):
+    from specgauge.stattests.server.compare import one_sample_logprobs
+    from specgauge.stattests.server.probe import read_probe
+
+    with serve_app(FakeOpenAI(seed=7)) as url:
+        status, err = _sized_here(url, tmp_path / "run.jsonl", capsys, "-L", "3", "--guarantee", "0.4",
+                                  "--context-mass", "0.3")
+    assert status == 0 and "stayed below" in err, err
+    cert = one_sample_logprobs(read_probe(tmp_path / "run.jsonl"), target_tv=0.4)
+    rows = cert.frame[cert.frame["check"] == "identity-at-context"]
+    assert cert.passed and {int(p.split("/pos")[1][0]) for p in rows["position"]} == {0, 1, 2}, cert.frame.to_string()
+    assert (rows["min_detectable_tv"] <= 0.4).all()

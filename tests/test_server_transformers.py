@@ -37,13 +37,29 @@ from specgauge.stattests.server.probe import (ClientConfig, ProbeConfig, ServerE
                                               TemperatureIgnoredError, probe, read_probe)
 from specgauge.stattests.server.reference import ReferenceModel  # noqa: E402
 
-# not the slow tier: the server gate against a real engine is what CI must see every run
-# (about 80 s on one of two idle cores)
+from specgauge.stattests.plugin import slow_tier_requested  # noqa: E402
 
-SAMPLES = 150   # per prompt: 600 requests a run, 20-50 s at concurrency 3 on 2 busy cores
+# The default tier runs the server gate against the real engine at a small size (speculation
+# by prompt lookup, its baseline and the top-k negative control, 40 requests of each of 2 prompts); the slow
+# tier at the full size (150 a prompt: 600 requests a run, 20-50 s each at concurrency 3 on 2
+# busy cores), early exit and the pytest integration included.
+
+FULL_SAMPLES = 150
+FAST_SAMPLES = 40
 LENGTH = 3
 N_PROMPTS = 4
 CLIENT = ClientConfig(concurrency=3)
+
+
+@pytest.fixture(scope="module")
+def samples(request) -> int:
+    """Samples per prompt of each run: the slow tier's full size, else the default tier's."""
+    return FULL_SAMPLES if slow_tier_requested(request.config) else FAST_SAMPLES
+
+
+@pytest.fixture(scope="module")
+def n_prompts(request) -> int:
+    return N_PROMPTS if slow_tier_requested(request.config) else 2
 
 
 def _generation_config(**fields) -> dict:
@@ -63,10 +79,10 @@ def model_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def prompts(model_dir) -> list[str]:
+def prompts(model_dir, n_prompts) -> list[str]:
     """The model's own greedy cycles: prompt lookup finds n-grams whose drafts get accepted."""
-    found = cyclic_prompts(model_dir, count=N_PROMPTS)
-    assert len(found) == N_PROMPTS
+    found = cyclic_prompts(model_dir, count=n_prompts)
+    assert len(found) == n_prompts
     return found
 
 
@@ -84,25 +100,25 @@ def server(model_dir, server_log):
         assert sock.connect_ex(("127.0.0.1", port)) != 0, "the server still listens after the tests"
 
 
-def _config(url: str, temperature: float, extra: dict) -> ProbeConfig:
-    return ProbeConfig(url, temperature=temperature, max_tokens=LENGTH, samples_per_prompt=SAMPLES,
+def _config(url: str, temperature: float, extra: dict, samples: int) -> ProbeConfig:
+    return ProbeConfig(url, temperature=temperature, max_tokens=LENGTH, samples_per_prompt=samples,
                        extra_body=extra)
 
 
 @pytest.fixture(scope="module")
-def baseline(server, server_log, prompts, tmp_path_factory) -> dict:
+def baseline(server, server_log, prompts, samples, tmp_path_factory) -> dict:
     """Speculation off, drawn by the CLI, killed half-way (SIGKILL) and resumed."""
     folder = tmp_path_factory.mktemp("probe")
     out, prompt_file = folder / "off.jsonl", folder / "prompts.jsonl"
     prompt_file.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
     extra = _generation_config()
     command = [sys.executable, "-m", "specgauge.reports.cli", "probe", server, "--out", str(out), "--prompts",
-               str(prompt_file), "-L", str(LENGTH), "--samples", str(SAMPLES), "--concurrency", "3",
+               str(prompt_file), "-L", str(LENGTH), "--samples", str(samples), "--concurrency", "3",
                "--extra-body", json.dumps(extra), "--no-progress"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
     while process.poll() is None and time.monotonic() < deadline:
-        if out.exists() and out.read_bytes().count(b"\n") > SAMPLES:
+        if out.exists() and out.read_bytes().count(b"\n") > samples:
             break
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)
@@ -110,19 +126,24 @@ def baseline(server, server_log, prompts, tmp_path_factory) -> dict:
     before = len(read_probe(out).records)
     with open(out, "ab") as fh:  # a torn line, as a kill during a write leaves
         fh.write(b'{"p": 3, "s": 7, "te')
-    summary = probe(_config(server, 1.0, extra), prompts, out, client_config=CLIENT)
-    return {"path": out, "before": before, "summary": summary, "generators": read_trace(server_log)[0]}
+    summary = probe(_config(server, 1.0, extra, samples), prompts, out, client_config=CLIENT)
+    return {"path": out, "before": before, "summary": summary, "generators": read_trace(server_log)[0],
+            "samples": samples}
 
 
 @pytest.fixture(scope="module")
-def traces(server, baseline, server_log, prompts, tmp_path_factory) -> dict:
-    """Each run's probe file, and what the server's generation did meanwhile (traced)."""
+def traces(server, baseline, server_log, prompts, samples, request, tmp_path_factory) -> dict:
+    """Each run's probe file, and what the server's generation did meanwhile (traced); early exit in the
+    slow tier only."""
     folder = tmp_path_factory.mktemp("runs")
     out = {"off": {"path": baseline["path"], "generators": baseline["generators"], "accepted": 0}}
     offset = read_trace(server_log)[2]
+    slow = slow_tier_requested(request.config)
     for name, (temperature, extra) in RUNS.items():
+        if name == "early_exit" and not slow:
+            continue
         path = folder / f"{name}.jsonl"
-        probe(_config(server, temperature, extra), prompts, path, client_config=CLIENT)
+        probe(_config(server, temperature, extra, samples), prompts, path, client_config=CLIENT)
         generators, accepted, offset = read_trace(server_log, offset)
         out[name] = {"path": path, "generators": generators, "accepted": accepted}
     return out
@@ -136,36 +157,43 @@ def runs(traces) -> dict:
 def test_interrupted_probe_resumes_without_duplicates(baseline):
     run = read_probe(baseline["path"])
     keys = [(r["p"], r["s"]) for r in run.records]
-    assert 0 < baseline["before"] < SAMPLES * N_PROMPTS, "the kill should land mid-run"
-    assert len(keys) == len(set(keys)) == SAMPLES * N_PROMPTS
-    assert baseline["summary"].drawn == SAMPLES * N_PROMPTS - baseline["before"]
+    total = baseline["samples"] * len(run.header["prompts"])
+    assert 0 < baseline["before"] < total, "the kill should land mid-run"
+    assert len(keys) == len(set(keys)) == total
+    assert baseline["summary"].drawn == total - baseline["before"]
     assert run.header["capabilities"] == {"n": False, "logprobs": False, "token_ids": False}
     assert run.header["models"]["data"], "the header records the server's /v1/models"
 
 
+EARLY_EXIT = pytest.param("early_exit", marks=pytest.mark.slow)
+
+
 @pytest.mark.parametrize("name, generator", [("lookup", "PromptLookupCandidateGenerator"),
-                                             ("early_exit", "EarlyExitCandidateGenerator")])
-def test_the_server_really_speculated(traces, name, generator):
+                                             pytest.param("early_exit", "EarlyExitCandidateGenerator",
+                                                          marks=pytest.mark.slow)])
+def test_the_server_really_speculated(traces, samples, prompts, name, generator):
     """Every request of the run went through assisted generation, and drafts were accepted."""
+    requests = samples * len(prompts)
     assert traces["off"]["generators"] == {}, "the baseline must not speculate"
-    assert traces[name]["generators"] == {generator: SAMPLES * N_PROMPTS}
-    print(f"{name}: {traces[name]['accepted']} drafted tokens accepted in {SAMPLES * N_PROMPTS} requests")
-    assert traces[name]["accepted"] > 0.1 * SAMPLES * N_PROMPTS, "drafts were hardly ever accepted"
+    assert traces[name]["generators"] == {generator: requests}
+    print(f"{name}: {traces[name]['accepted']} drafted tokens accepted in {requests} requests")
+    assert traces[name]["accepted"] > 0.1 * requests, "drafts were hardly ever accepted"
 
 
-@pytest.mark.parametrize("name", ["lookup", "early_exit"])
+@pytest.mark.parametrize("name", ["lookup", EARLY_EXIT])
 def test_speculation_passes_two_sample(runs, name):
     cert = two_sample(runs["off"], runs[name])
     assert cert.passed, cert.verdict()
     assert cert.verdict().startswith("PASS (two-sample")
 
 
+@pytest.mark.slow  # the default tier's 40 requests of 2 prompts are too few for the binned two-sample test
 def test_top_k_fails_two_sample(runs):
     cert = two_sample(runs["off"], runs["top_k_3"])
     assert not cert.passed, cert.verdict()
 
 
-@pytest.mark.parametrize("name", ["off", "lookup", "early_exit"])
+@pytest.mark.parametrize("name", ["off", "lookup", EARLY_EXIT])
 def test_speculation_passes_against_reference(runs, model_dir, name):
     cert = one_sample_reference(runs[name], ReferenceModel(str(model_dir)))
     assert cert.passed, cert.verdict()
@@ -200,6 +228,7 @@ def test_a_refused_field_is_one_clear_error(server, prompts, tmp_path):
         probe(ProbeConfig(server, top_k=3, max_tokens=LENGTH, samples_per_prompt=5), prompts, tmp_path / "k.jsonl")
 
 
+@pytest.mark.slow
 def test_pytest_integration_against_the_server(server, tmp_path):
     """stattests/test_server.py, run as a CI pipeline would, with this server as both URLs."""
     import specgauge.stattests

@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ref-top-k", type=count, default=None, help="default: the run's top_k")
     parser.add_argument("--ref-top-p", type=top_p, default=None, help="default: the run's top_p")
     parser.add_argument("--ref-min-p", type=unit, default=None, help="default: the run's min_p")
+    parser.add_argument("--eos-token", action="append", default=None, metavar="NAME",
+                        help="logprobs mode: the end-of-sequence token's name in the top logprobs (e.g. token_id:2 "
+                             "or </s>), where samples stopped without listing it (default: guessed, and said)")
     parser.add_argument("--csv", default=None, help="certificate CSV (default reports/server_certificate.csv)")
     return parser
 
@@ -52,6 +55,7 @@ def _mode(args: argparse.Namespace) -> str:
     mode = args.mode or ("two-sample" if args.baseline else "reference" if args.reference else "logprobs")
     unused = [f"--{name.replace('_', '-')}" for name in ("ref_temperature", "ref_top_k", "ref_top_p", "ref_min_p")
               if getattr(args, name) is not None and mode != "reference"]
+    unused += ["--eos-token"] if args.eos_token and mode != "logprobs" else []
     unused += [flag for flag, value, used in (("--baseline", args.baseline, "two-sample"),
                                               ("--reference", args.reference, "reference")) if value and mode != used]
     if unused:
@@ -99,7 +103,7 @@ def certificate(args: argparse.Namespace) -> ServerCertificate:
                              min_p=args.ref_min_p if args.ref_min_p is not None else params.get("min_p"),
                              progress=auto_mode(sys.stderr))
         return run_mode(mode, run=candidate, law=ref, seed=args.seed, **common)
-    return run_mode(mode, run=candidate, seed=args.seed, **common)
+    return run_mode(mode, run=candidate, seed=args.seed, eos_tokens=tuple(args.eos_token or ()), **common)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,6 +39,7 @@ top_p = _number(float, lambda v: 0 < v <= 1, "a probability in (0, 1]")
 unit = _number(float, lambda v: 0 <= v <= 1, "a number in [0, 1]")
 seconds = _number(float, lambda v: 0 <= v < float("inf"), "a number of seconds >= 0")
 tv_value = _number(float, lambda v: 0 < v < 1, "a TV in (0, 1)")
+unit_open = _number(float, lambda v: 0 < v <= 1, "a probability in (0, 1]")
 rate_value = _number(float, lambda v: 0 < v < 1, "a rate in (0, 1)")
 
 
@@ -98,16 +99,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"), help="default $OPENAI_API_KEY")
     sized = parser.add_argument_group("sized for a worst-case guarantee")
     sized.add_argument("--guarantee", type=tv_value, default=None, metavar="TV",
-                       help="draw what the identity test needs to state this worst-case TV at every prompt's first "
-                            "position (a pilot first, then the plan and its time; a run that looks inexact is "
+                       help="draw what the identity test needs to state this worst-case TV at every heavy context "
+                            "of every position (a pilot first, then the plan and its time; a run that looks inexact is "
                             "stopped early, exit 1, by an anytime-valid test that stops an exact server with "
                             "probability at most --false-fail); needs --reference or --top-logprobs")
     sized.add_argument("--reference", default=None, metavar="MODEL_DIR",
-                       help="local model directory of the served model: the first-position laws, before any request")
+                       help="local model directory of the served model: the laws of the contexts, before any request")
     sized.add_argument("--false-fail", type=rate_value, default=1e-6,
                        help="the comparison's total false-fail rate the plan is sized for, and the early test's "
                             "(default 1e-6)")
     sized.add_argument("--pilot", type=positive_int, default=20, help="pilot draws per prompt (default 20)")
+    sized.add_argument("--context-mass", type=unit_open, default=0.1, metavar="MASS",
+                       help="plan for (and watch) every context the known law reaches with at least this "
+                            "probability, at every position up to L (default 0.1); lighter ones are named untested")
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress (a bar on a terminal, a line every 10 s in a log) and no wait lines")
     return parser
@@ -141,72 +145,54 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _sized(args, cfg: ProbeConfig, prompts: list[str], client: ClientConfig, progress: str):
-    """A pilot, the plan (draws per prompt, time at the pilot's rate), then the run with the early test."""
+    """A pilot, the plan (draws per prompt for every heavy context at every position, time at the
+    pilot's rate), then the run with the early test watching those contexts."""
     from dataclasses import replace
 
     import numpy as np
 
     from specgauge.stattests.server.probe import read_probe
-    from specgauge.stattests.server.sequential import EProcess, SizedPlan, draws_for, planning_rate
+    from specgauge.stattests.server.sequential import ContextEProcess, plan_contexts, planning_rate
 
     if args.reference is None and cfg.top_logprobs == 0:
-        raise UsageError("--guarantee needs the first-position laws: --reference MODEL_DIR, or --top-logprobs K "
+        raise UsageError("--guarantee needs the known laws: --reference MODEL_DIR, or --top-logprobs K "
                          "for the server's own")
     if args.reference is not None and not Path(args.reference).is_dir():
         raise UsageError(f"--reference {args.reference!r} is not a directory")
     pilot = probe(replace(cfg, samples_per_prompt=max(args.pilot, min(args.samples, args.pilot))), prompts, args.out,
                   client_config=client, progress=progress)
     run = read_probe(args.out)
+    first = sorted((r for r in run.records if r["s"] < args.pilot), key=lambda r: (r["p"], r["s"]))
+    run = replace(run, records=first)  # the plan reads the pilot alone: a resumed run plans the same
+    stop_strings = bool(cfg.stop)
     if args.reference is not None:
-        from specgauge.stattests.server.reference import ReferenceModel, first_token_laws, first_token_of
+        from specgauge.stattests.server.reference import ReferenceModel, reference_contexts, reference_tokens
 
         ref = ReferenceModel(args.reference, temperature=cfg.temperature or 1.0, top_k=cfg.top_k, top_p=cfg.top_p,
                              min_p=cfg.min_p)
-        laws = first_token_laws(ref, prompts, cfg.endpoint == "chat")
-        first_token = first_token_of(args.reference, cfg.max_tokens, bool(cfg.stop))
+        contexts = reference_contexts(ref, prompts, cfg.endpoint == "chat", cfg.max_tokens, args.context_mass)
+        tokens_of = reference_tokens(args.reference, cfg.max_tokens, stop_strings)
+        what = "the reference model's law"
     else:
-        from specgauge.stattests.server.compare import logprob_cells, stopped_at_end
+        from specgauge.stattests.server.compare import logprob_cells
+        from specgauge.stattests.server.sequential import reported_contexts, reported_tokens
 
-        laws, names = _pilot_laws(run, len(prompts))
+        contexts = reported_contexts(run.records, cfg.max_tokens)
+        if {c.prompt for c in contexts if not c.prefix} != set(range(len(prompts))):
+            raise UsageError("the pilot's samples carry no top logprobs at some prompt's first position: size with "
+                             "--reference MODEL_DIR instead")
         end = logprob_cells(run)[5]  # the end of sequence's name in the lists (None: the rest cell)
-        stop_strings = bool(cfg.stop)
-
-        def first_token(record):
-            tokens = record.get("tokens")
-            cells = names[record["p"]]
-            if not tokens and not record["text"] and stopped_at_end(record, stop_strings):
-                return cells.get(end, len(cells))  # it stopped at once: it drew the end
-            if not tokens:
-                return None  # not known: the early test stops betting on this prompt
-            return cells.get(tokens[0], len(cells))
+        tokens_of = reported_tokens(cfg.max_tokens, end, stop_strings)
+        what = "the law the server reports"
     rate = planning_rate(args.false_fail, len(prompts), cfg.max_tokens)
-    plan = SizedPlan(args.guarantee, rate, tuple(draws_for(args.guarantee, laws, rate)))
+    plan = plan_contexts(contexts, len(prompts), args.guarantee, rate, args.context_mass)
     speed = pilot.samples_per_second if pilot.drawn and np.isfinite(pilot.samples_per_second) else None
     print(f"probe: plan: {plan.describe(speed)}", file=sys.stderr, flush=True)
-    early = EProcess(laws, args.false_fail, first_token)
+    early = ContextEProcess([c for c, _ in plan.planned], len(prompts), args.false_fail, tokens_of)
     summary = probe(replace(cfg, samples_per_prompt=plan.samples_per_prompt), prompts, args.out, client_config=client,
                     progress=progress, watchers=[early])
-    print(f"probe: sized for TV {args.guarantee:g}; the early test's e-value {early.e_value:.3g} stayed below "
-          f"1/{args.false_fail:g}; certify with: specgauge compare {args.out} "
+    print(f"probe: sized for TV {args.guarantee:g} at {len(plan.planned)} contexts; the early test's e-value against "
+          f"{what} {early.e_value:.3g} stayed below 1/{args.false_fail:g}; certify with: specgauge compare {args.out} "
           f"{'--reference ' + args.reference + ' ' if args.reference else ''}--tv {args.guarantee:g} "
           f"--false-fail {args.false_fail:g}", file=sys.stderr, flush=True)
     return summary
-
-
-def _pilot_laws(run, n_prompts: int):
-    """Each prompt's first-position law over its reported top-k tokens and one cell for the rest,
-    from the first pilot draw that reported it, and the token names of those cells."""
-    import numpy as np
-
-    laws, names = [np.ones(1)] * n_prompts, [{}] * n_prompts
-    for r in run.records:
-        top = r.get("top") or []
-        if top and top[0] and not names[r["p"]]:
-            pairs = sorted(top[0], key=lambda tl: -tl[1])
-            probs = np.exp([lp for _, lp in pairs])
-            laws[r["p"]] = np.r_[probs, max(0.0, 1.0 - probs.sum())]
-            names[r["p"]] = {t: j for j, (t, _) in enumerate(pairs)}
-    if not all(names):
-        raise UsageError("the pilot's samples carry no top logprobs at some prompt's first position: size with "
-                         "--reference MODEL_DIR instead")
-    return laws, names

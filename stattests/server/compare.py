@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
+from scipy import stats
 
 from specgauge.errors import InputFileError
 from specgauge.stattests.core.certificate import Certificate, certificate_row
@@ -35,8 +36,8 @@ from specgauge.stattests.core.statistics import (DEFAULT_FALSE_FAIL, DEFAULT_FAL
                                                  combine_bonferroni, independence_test, ks_uniformity)
 from specgauge.stattests.server.probe import ProbeRun
 from specgauge.stattests.server.stats import conditional_goodness_of_fit, homogeneity, min_num_samples_for_homogeneity
-from specgauge.stattests.server.worstcase import (ContextPlan, context_rows, coverage, joint_bound, plan_contexts,
-                                                  refuse_contexts)
+from specgauge.stattests.server.worstcase import (MIN_CONTEXT_DRAWS, ContextPlan, context_rows, coverage, joint_bound,
+                                                  plan_contexts, refuse_contexts)
 
 MODES = ("two-sample", "logprobs", "reference")
 #: The request fields that decide the sampled law: two runs compared must agree on all of them.
@@ -55,7 +56,8 @@ DETECTABLE = {
                    "(top tokens + remainder)",
     "homogeneity": "sample-weighted mean over contexts of the TV between the arms' binned laws",
     "pit": "not a TV: a KS distance of the randomized PIT along the probability order",
-    "independence": "TV of a request's pooled joint of two choices from the product of its margins",
+    "independence": "TV of the pooled joint of two draws (two choices of a request, or consecutive requests) from "
+                    "the product of its margins, in the worst of the row's tests",
 }
 _WHAT = {"two-sample": "speculation on vs off, two samples",
          "logprobs": "one sample against the server's own top-k logprobs",
@@ -112,7 +114,7 @@ class ServerCertificate:
                     f"\nthese samples are off {_AGAINST[self.mode]}: an exact server fails this way with probability at "
                     f"most {total:.1g}")
         joint = f[kinds.isin(("joint", "joint-topk"))]
-        gaps = f[(f["verdict"] == "untested") & ~kinds.isin(("joint", "joint-topk"))]
+        gaps = f[(f["verdict"] == "untested") & ~kinds.isin(("joint", "joint-topk", "independence"))]
         untested = [f"{c}[{p}]" if p else c for c, p in gaps[["check", "position"]].values]
         gap = (f"; untested (no sample reached them, or none whose token and law are known): {', '.join(untested)}"
                if untested else "")
@@ -368,31 +370,95 @@ def request_ids(run: ProbeRun) -> np.ndarray:
     return np.asarray(ids, np.int64)
 
 
-def within_request_independence(run: ProbeRun, seqs: np.ndarray, prompt: np.ndarray,
-                                false_fail_rate: float) -> TestResult | None:
-    """The choices of a request independent, per prompt, on disjoint pairs (None: no request had two)."""
+def _offset_pairs(members: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """For requests of m choices (``members[R, m]``, sample rows in choice order): per offset d =
+    1..m/2, the disjoint pairs (j, j + d) with ⌊j/d⌋ even, from every request. Under independence
+    each is a pair of independent draws, and every distance between two choices is tested."""
+    out = {}
+    m = members.shape[1]
+    for d in range(1, m // 2 + 1):
+        j = np.arange(m - d)
+        j = j[(j // d) % 2 == 0]
+        out[d] = (members[:, j].ravel(), members[:, j + d].ravel())
+    return out
+
+
+def _pair_tests(x: np.ndarray, y: np.ndarray, prompt: np.ndarray, rate: float) -> list[TestResult]:
+    """The pairs (x[i], y[i]) tested for independence per prompt (a prompt's pairs share one law).
+
+    The upper tail only: a dependence between two draws moves their joint away from the product
+    of the margins; a table closer to it than chance is no sign of one, and the chi-square law's
+    lower tail does not hold for small discrete tables (a 2×2 table of exactly proportional rows,
+    statistic 0, comes up with probability near 0.16 at 48 pairs a row, and reads p = 0 there)."""
+    out = []
+    for p in np.unique(prompt):
+        result = independence_test(x[prompt == p], y[prompt == p], false_fail_rate=rate)
+        upper = float(stats.chi2.sf(result.statistic, result.df)) if result.df else 1.0
+        out.append(TestResult(result.test, result.statistic, upper, result.n, rate, result.min_detectable_tv,
+                              result.df, result.details))
+    return out
+
+
+def independence_results(run: ProbeRun, false_fail_rate: float) -> dict[str, list[TestResult]]:
+    """Dependence between draws, at every position (the token there, the end of a sample, or not
+    reached: a function of the sample, so independent draws give independent labels):
+
+    - ``within``: the choices of one request, every distance between them (:func:`_offset_pairs`),
+      per prompt; empty where no request had two choices;
+    - ``across``: requests close in time: the k-th and (k+1)-th request of a prompt (k even), choice
+      j with choice j.
+
+    Each position's tests share its rate (Bonferroni) into one result."""
+    length = _length(run)
+    labels = encode([run], length, unit_kind(run))[2]
+    prompt = np.asarray([r["p"] for r in run.records], np.int64)
     req = request_ids(run)
-    order = np.lexsort((np.arange(req.size), req))
-    req_sorted = req[order]
-    starts = np.flatnonzero(np.r_[True, req_sorted[1:] != req_sorted[:-1]])
-    sizes = np.diff(np.r_[starts, req_sorted.size])
-    # disjoint pairs (0, 1), (2, 3), ... of each request: independent draws of (X, Y) under the null
-    pair_start = np.concatenate([starts[i] + np.arange(0, sizes[i] - 1, 2) for i in range(starts.size)])
-    if pair_start.size == 0:
-        return None
-    first, second = order[pair_start], order[pair_start + 1]
-    multi = np.unique(req[first])
-    label = seqs[:, 0]  # the first token: the coarsest label, so the fewest categories are pooled away
-    prompts = np.unique(prompt[first])
-    rate = false_fail_rate / prompts.size
-    parts = [independence_test(label[first][prompt[first] == p], label[second][prompt[first] == p],
-                               false_fail_rate=rate) for p in prompts]
+    order = np.lexsort((np.asarray([r["s"] for r in run.records]), req))
+    starts = np.flatnonzero(np.r_[True, req[order][1:] != req[order][:-1]])
+    groups = np.split(order, starts[1:])  # the rows of each request, choice by choice, requests in time order
+    within: list[tuple[np.ndarray, np.ndarray]] = []
+    for m in sorted({g.size for g in groups if g.size >= 2}):
+        members = np.stack([g for g in groups if g.size == m])
+        within += list(_offset_pairs(members).values())
+    across_a, across_b = [], []
+    for p in np.unique(prompt):
+        mine = [g for g in groups if prompt[g[0]] == p]
+        for a, b in zip(mine[0::2], mine[1::2]):
+            size = min(a.size, b.size)
+            across_a.append(a[:size])
+            across_b.append(b[:size])
+    out: dict[str, list[TestResult]] = {"within": [], "across": []}
+    for k in range(length):
+        label = labels[:, k]
+        if within:
+            tests = [(x, y) for x, y in within]
+            rate = false_fail_rate / (len(tests) * np.unique(prompt).size)
+            parts = [t for x, y in tests for t in _pair_tests(label[x], label[y], prompt[x], rate)]
+            out["within"].append(_combined(parts, false_fail_rate, f"{len(tests)} distances between the choices of a "
+                                           f"request, each as disjoint pairs, per prompt"))
+        if across_a:
+            x, y = np.concatenate(across_a), np.concatenate(across_b)
+            parts = _pair_tests(label[x], label[y], prompt[x], false_fail_rate / np.unique(prompt).size)
+            out["across"].append(_combined(parts, false_fail_rate, "consecutive requests of a prompt, choice by choice"))
+    return out
+
+
+def _combined(parts: list[TestResult], false_fail_rate: float, what: str) -> TestResult:
     result = combine_bonferroni(parts, "independence", false_fail_rate)
-    details = {**dict(result.details), "requests": float(multi.size),
-               "message": f"{multi.size} requests with several choices: the first tokens of {first.size} disjoint pairs "
-                          "of choices tested for independence"}
-    return TestResult(result.test, result.statistic, result.pvalue, result.n, result.false_fail_rate,
-                      result.min_detectable_tv, result.df, details)
+    pairs = sum(part.n for part in parts)
+    tested = [part.min_detectable_tv for part in parts if part.df and math.isfinite(part.min_detectable_tv)]
+    figure = max(tested, default=math.inf)  # a test whose pairs pooled to one category tests nothing
+    details = {**dict(result.details), "message": f"{what}: {pairs} pairs in {len(parts)} tests ({len(tested)} with "
+                                                  f"two categories or more); a dependence of TV {figure:.3g} in any "
+                                                  f"of them is caught with power {1 - DEFAULT_FALSE_PASS:g}"}
+    return TestResult(result.test, result.statistic, result.pvalue, pairs, result.false_fail_rate, figure,
+                      result.df, details)
+
+
+def independence_count(run: ProbeRun) -> int:
+    """How many independence rows :func:`_independence_rows` gives for ``run`` (the rate is shared before)."""
+    multi = bool(run.header.get("capabilities", {}).get("n"))
+    return _length(run) * (1 + multi)
 
 
 # ---------------------------------------------------------------- two-sample
@@ -411,8 +477,7 @@ def two_sample(baseline: ProbeRun, candidate: ProbeRun, *, false_fail_rate: floa
     length = _length(candidate)
     kind = unit_kind(baseline, candidate, tokenize=tokenize)
     prompt, arm, seqs = encode([baseline, candidate], length, kind, tokenize)
-    multi = [a for a, run in enumerate((baseline, candidate)) if run.header.get("capabilities", {}).get("n")]
-    rate = false_fail_rate / (length + 1 + len(multi))
+    rate = false_fail_rate / (length + 1 + independence_count(baseline) + independence_count(candidate))
     joint = homogeneity(prompt, _rows(seqs), arm, false_fail_rate=rate, test=f"joint_first_{length}_tokens")
     n_prompts = len(baseline.header["prompts"])
     pilot = _pilot_law(prompt, _rows(seqs))
@@ -424,21 +489,30 @@ def two_sample(baseline: ProbeRun, candidate: ProbeRun, *, false_fail_rate: floa
         result = homogeneity(context[reached], seqs[reached, k], arm[reached], false_fail_rate=rate,
                              test="homogeneity")
         rows.append(ServerRow(result, "position-given-prefix", f"pos{k}", "homogeneity"))
-    for a in multi:
-        rows += _independence_rows((baseline, candidate)[a], seqs[arm == a], prompt[arm == a], rate,
-                                   ("baseline", "candidate")[a])
+    for a, run in enumerate((baseline, candidate)):
+        rows += _independence_rows(run, rate, ("baseline", "candidate")[a])
     notes = _same_notes(baseline, candidate) + truncation_note(baseline, kind, "baseline: ", tokenize) \
         + truncation_note(candidate, kind, "candidate: ", tokenize)
     return _certificate("two-sample", str(law_params(candidate)["model"]), rows, target_tv, kind, notes)
 
 
-def _independence_rows(run: ProbeRun, seqs: np.ndarray, prompt: np.ndarray, rate: float,
-                       where: str = "") -> list[ServerRow]:
-    result = within_request_independence(run, seqs, prompt, rate)
-    if result is None:
-        result = TestResult("independence", 0.0, 1.0, 0, rate, math.inf, 0,
-                            {"message": "one choice a request: nothing to test"})
-    return [ServerRow(result, "choices-within-request-independent", where, "independence")]
+def _independence_rows(run: ProbeRun, rate: float, where: str = "") -> list[ServerRow]:
+    """``independence_count(run)`` rows: per position, the choices of a request (where the server
+    honours n) and consecutive requests, tested for dependence."""
+    multi = bool(run.header.get("capabilities", {}).get("n"))
+    results = independence_results(run, rate)
+    rows = []
+    for name, check in (("within", "choices-within-request-independent"), ("across", "requests-independent")):
+        if name == "within" and not multi:
+            continue
+        for k in range(_length(run)):
+            found = results[name][k] if k < len(results[name]) else None
+            if found is None:
+                found = TestResult("independence", 0.0, 1.0, 0, rate, math.inf, 0,
+                                   {"message": "one choice a request: nothing to test" if name == "within" else
+                                    "fewer than two requests a prompt: nothing to test"})
+            rows.append(ServerRow(found, check, f"{where}/pos{k}" if where else f"pos{k}", "independence"))
+    return rows
 
 
 def _pilot_law(group: np.ndarray, category: np.ndarray) -> np.ndarray:
@@ -472,12 +546,14 @@ def _position_rows(plan: ContextPlan, cells: np.ndarray, laws: np.ndarray, rate:
 
 def _identity_rows(plan: ContextPlan, cells: np.ndarray, law_of, false_fail_rate: float, reserved: int,
                    target_tv: float, n_prompts: int, length: int, topk: bool,
-                   seed: int) -> tuple[list[ServerRow], float]:
+                   seed: int) -> tuple[list[ServerRow], float, list[str]]:
     """An identity row per context that can state ``target_tv``, a worst-case row per prompt (the
-    first L tokens' law, chain rule), and the rate each test got."""
+    first L tokens' law, chain rule), the rate each test got, and a note naming the contexts too
+    seldom reached for ``target_tv``."""
     rest_cell = int(np.asarray(law_of(0, 0)).size - 1) if topk else None
+    short: list = []
     tested, rate = context_rows(plan, cells, law_of, false_fail_rate, target_tv, reserved=reserved,
-                                rest_cell=rest_cell, seed=seed)
+                                rest_cell=rest_cell, seed=seed, short=short)
     over = "the top-k tokens and the rest as one cell" if topk else "the tokens and the lumped rest"
     rows = []
     for row in tested:
@@ -497,7 +573,18 @@ def _identity_rows(plan: ContextPlan, cells: np.ndarray, law_of, false_fail_rate
         result = TestResult("joint_bound", bound, 1.0, n, 0.0, bound, None,
                             {"message": f"chain rule over the tested contexts; the known law's mass tested: {covered}"})
         rows.append(ServerRow(result, "first-tokens-law", f"prompt{p}", "joint-topk" if topk else "joint"))
-    return rows, rate
+    return rows, rate, _short_note(short, target_tv)
+
+
+def _short_note(short: list, target_tv: float) -> list[str]:
+    """The contexts reached often enough for a row but too seldom for the figure asked, named."""
+    if not short:
+        return []
+    short = sorted(short, key=lambda s: -s[2])
+    named = ", ".join(f"prompt{p}/pos{k} ({n} draws of the {need()} it needs)" for p, k, n, need in short[:5])
+    return [f"{len(short)} contexts reached {MIN_CONTEXT_DRAWS}+ times are untested: too few draws to state TV "
+            f"{target_tv:g} there (the chain-rule rows count them as TV 1); the most drawn: {named}"
+            + (" ..." if len(short) > 5 else "")]
 
 
 def _one_sample(mode: str, run: ProbeRun, kind: str, prompt: np.ndarray, seqs: np.ndarray, cells: np.ndarray,
@@ -507,8 +594,7 @@ def _one_sample(mode: str, run: ProbeRun, kind: str, prompt: np.ndarray, seqs: n
                 usable: np.ndarray | None = None) -> ServerCertificate:
     """The one-sample certificate: identity rows per context and per prompt, then (where the laws are
     small enough to hold per draw: the logprobs mode) the directional chi-square per position, the PIT
-    and the within-request independence; the false-fail rate is shared evenly over the tests."""
-    multi = bool(run.header.get("capabilities", {}).get("n"))
+    and the independence of draws; the false-fail rate is shared evenly over the tests."""
     length = seqs.shape[1]
     plan, unknown = refuse_contexts(plan_contexts(prompt, seqs), seqs != -2, below=True)
     if unknown:
@@ -522,14 +608,14 @@ def _one_sample(mode: str, run: ProbeRun, kind: str, prompt: np.ndarray, seqs: n
                          f"logprobs at that position, as llama.cpp gives none for accepted drafts), or the list names "
                          f"a partial character; the others' laws are shared by their draws, so none is biased"]
     pit = _pit(plan, cells, law_of, seed)
-    reserved = length + 1 + multi
-    rows, rate = _identity_rows(plan, cells, law_of, false_fail_rate, reserved, target_tv, len(run.header["prompts"]),
-                                length, laws is not None, seed)
+    reserved = length + 1 + independence_count(run)
+    rows, rate, short = _identity_rows(plan, cells, law_of, false_fail_rate, reserved, target_tv,
+                                       len(run.header["prompts"]), length, laws is not None, seed)
+    notes = notes + short
     rows += _position_rows(plan, *(chi_square if chi_square is not None else (cells, laws)), rate)
     rows.append(ServerRow(ks_uniformity(pit, false_fail_rate=rate, test="pit_ks"), "pit-probability-order", "",
                           "pit"))
-    if multi:
-        rows += _independence_rows(run, seqs, prompt, rate)
+    rows += _independence_rows(run, rate)
     notes = truncation_note(run, kind, tokenize=tokenize, mode=mode) + notes
     return _certificate(mode, str(law_params(run)["model"]), rows, target_tv, kind, notes, length)
 

@@ -194,35 +194,50 @@ def lump_ends(laws: np.ndarray, eos: Sequence[int]) -> np.ndarray:
     return laws
 
 
-def first_token_of(path: str, length: int, stop_strings: bool = False) -> Callable[[dict], int | None]:
-    """``record -> its first token id`` for the early test (:func:`sample_ids`'s first entry:
-    the end of sequence for a sample that stopped at once); None where it is not known (the
-    early test stops betting on that prompt there)."""
+def reference_tokens(path: str, length: int, stop_strings: bool = False) -> Callable[[dict], list]:
+    """``record -> its token ids`` (:func:`sample_ids`: the end of sequence where it stopped, None for a
+    token not known) for the early test."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(path)
     eos = end_ids(path)
 
-    def first(record: dict) -> int | None:
+    def tokens_of(record: dict) -> list:
         ids = sample_ids(record, length, lambda text: tokenizer(text, add_special_tokens=False)["input_ids"],
                          tokenizer.decode, eos, stop_strings)
-        return int(ids[0]) if ids and ids[0] >= 0 else None
-    return first
+        return [None] if ids is None else [int(i) if i >= 0 else None for i in ids]
+    return tokens_of
 
 
-def first_token_laws(ref: ReferenceModel, prompts: list[str], chat: bool) -> list[np.ndarray]:
-    """The law of the first sampled token at each prompt: what a sized probe is planned on."""
+def reference_contexts(ref: ReferenceModel, prompts: list[str], chat: bool, length: int, min_mass: float) -> list:
+    """Every context the reference law reaches with probability >= ``min_mass``, up to position L − 1,
+    with its law over the whole vocabulary (one forward pass per context, breadth first): what a sized
+    probe is planned on and its early test watches."""
+    from specgauge.stattests.server.sequential import bet_context
+
     tokenizer, model = _load(ref.path)
     import torch
 
     warpers = _warpers(ref)
-    laws = []
-    for ids in _prompt_ids(tokenizer, prompts, chat, ref.add_special_tokens):
-        inputs = torch.tensor([ids], dtype=torch.long)
-        with torch.no_grad():
-            logits = model(inputs).logits[:, -1].double()
-        laws.append(lump_ends(torch.softmax(warpers(inputs, logits), dim=-1)[0].numpy(), end_ids(ref.path)))
-    return laws
+    eos = end_ids(ref.path)
+    out = []
+    for p, ids in enumerate(_prompt_ids(tokenizer, prompts, chat, ref.add_special_tokens)):
+        frontier: list[tuple[tuple, float]] = [((), 1.0)]
+        for k in range(length):
+            if not frontier:
+                break
+            inputs = torch.tensor([list(ids) + list(prefix) for prefix, _ in frontier], dtype=torch.long)
+            with torch.no_grad():
+                logits = model(inputs).logits[:, -1].double()
+            laws = lump_ends(torch.softmax(warpers(inputs, logits), dim=-1).numpy(), eos)
+            below = []
+            for (prefix, mass), law in zip(frontier, laws):
+                out.append(bet_context(p, prefix, range(law.size), law, mass))
+                if k + 1 < length:
+                    below += [(prefix + (int(x),), mass * float(law[x])) for x in np.flatnonzero(mass * law >= min_mass)
+                              if int(x) not in eos]
+            frontier = below
+    return out
 
 
 def teacher_forced_law(ref: ReferenceModel, run: ProbeRun) -> tuple:

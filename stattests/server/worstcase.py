@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specgauge.stattests.core.identity import identity_test, min_discrepancy_of_identity_test
+from specgauge.stattests.core.identity import (identity_test, min_discrepancy_of_identity_test,
+                                               min_num_samples_for_identity_test)
 from specgauge.stattests.core.statistics import TestResult
 
 #: A context reached fewer times than this gets no row of its own: its mass counts as untested.
@@ -115,7 +116,8 @@ def lump(law: np.ndarray, counts: np.ndarray, rest_cell: int | None) -> tuple[np
 
 
 def context_rows(plan: ContextPlan, cells: np.ndarray, law_of, false_fail_rate: float, target_tv: float, *,
-                 reserved: int = 0, rest_cell: int | None = None, seed: int = 0) -> tuple[list[ContextRow], float]:
+                 reserved: int = 0, rest_cell: int | None = None, seed: int = 0,
+                 short: list | None = None) -> tuple[list[ContextRow], float]:
     """Identity rows for the contexts whose draws can state ``target_tv``, and the rate each row got.
 
     ``cells[N, L]`` each draw's cell, ``law_of(row, k)`` the law over the cells at draw
@@ -125,6 +127,9 @@ def context_rows(plan: ContextPlan, cells: np.ndarray, law_of, false_fail_rate: 
     planning figure at that count is at most ``target_tv``. ``false_fail_rate`` is shared
     evenly over those rows and ``reserved`` other tests. A row's mass is the known law's
     probability of its prefix, unknown (nan) when the prefix went through the lumped rest.
+    ``short``: where given, each context reached at least ``MIN_CONTEXT_DRAWS`` times but too
+    seldom for ``target_tv`` is appended as (prompt, position, draws, a callable giving the draws
+    it needs).
     """
     n, length = cells.shape
     laws = {}
@@ -146,6 +151,10 @@ def context_rows(plan: ContextPlan, cells: np.ndarray, law_of, false_fail_rate: 
         lumps[c] = lump(laws[c], np.zeros_like(laws[c]), rest_cell)[::2]
         if min_discrepancy_of_identity_test(int(draws[c]), lumps[c][0], false_fail_rate=widest) <= target_tv:
             family.append(c)
+        elif short is not None:  # reached often, yet too few draws for the figure asked: named untested
+            short.append((int(plan.prompt[c]), int(plan.position[c]), int(draws[c]),
+                          lambda law=lumps[c][0]: min_num_samples_for_identity_test(target_tv, law,
+                                                                                    false_fail_rate=widest)))
     rate = false_fail_rate / (len(family) + reserved)
     rows, ranks = [], {}
     for c in family:

@@ -1,0 +1,69 @@
+"""Dependence between draws: every distance between the choices of a request, and consecutive requests.
+
+A server whose choice j + n/2 reuses 1 − u of choice j gives every choice the exact law, and
+only pairs at that distance are dependent: pairs (0, 1), (2, 3), ... of first tokens saw
+nothing. Every position and every distance is tested now; exact draws keep the declared rate
+(simulated), the coupled server fails.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specgauge.fixtures.fake_openai import FakeOpenAI
+from specgauge.stattests.server.compare import independence_results, one_sample_logprobs, two_sample
+from specgauge.stattests.server.probe import FORMAT, ProbeConfig, ProbeRun, _parse_choice
+
+PROMPTS = ["one", "two"]
+
+
+def fake_run(app: FakeOpenAI, samples: int, *, n: int = 16, length: int = 3, top: int = 9) -> ProbeRun:
+    """A probe file's content drawn straight from the fake's replies (no HTTP): ``samples`` a prompt,
+    ``n`` choices a request, requests round-robin over the prompts as the probe sends them."""
+    cfg = ProbeConfig("http://fake", max_tokens=length, samples_per_prompt=samples, top_logprobs=top, n=n)
+    header = {"format": FORMAT, "model": "fake-markov", "params": {**cfg.params(), "model": "fake-markov"},
+              "prompts": PROMPTS, "capabilities": {"n": n > 1, "logprobs": True, "token_ids": True}}
+    records, request = [], 0
+    for start in range(0, samples, n):
+        for p, prompt in enumerate(PROMPTS):
+            body = {"prompt": prompt, "n": min(n, samples - start), "max_tokens": length, "logprobs": top}
+            for j, choice in enumerate(app.reply("/v1/completions", body)[1]["choices"]):
+                records.append({"p": p, "s": start + j, "r": request, **_parse_choice(choice, "completions")})
+            request += 1
+    return ProbeRun(header, records)
+
+
+def test_choices_coupled_at_half_the_request_fail_every_mode():
+    exact, coupled = FakeOpenAI(seed=1), FakeOpenAI(seed=2, couple_choices=True)
+    runs = {name: fake_run(app, 400) for name, app in (("exact", exact), ("coupled", coupled))}
+    other = fake_run(FakeOpenAI(seed=3), 400)
+    assert one_sample_logprobs(runs["exact"], target_tv=0.5).passed
+    assert two_sample(other, runs["exact"]).passed
+    for cert in (one_sample_logprobs(runs["coupled"], target_tv=0.5), two_sample(other, runs["coupled"])):
+        failed = cert.frame[cert.frame["verdict"] == "fail"]
+        assert set(failed["check"]) == {"choices-within-request-independent"}, cert.frame.to_string()
+        assert "pos0" in " ".join(failed["position"])
+        rows = cert.frame[cert.frame["check"] == "choices-within-request-independent"]
+        assert (rows["min_detectable_tv"] < 1).all(), "each row states the dependence it detects"
+
+
+def test_exact_draws_keep_the_declared_rate():
+    """100 exact runs, each position's row at rate 0.05: rejections within the binomial margin."""
+    rate, runs = 0.05, 100
+    app = FakeOpenAI(seed=4)
+    rejected = {"within": 0, "across": 0}
+    for _ in range(runs):
+        results = independence_results(fake_run(app, 64, length=2), rate)
+        for name in rejected:
+            rejected[name] += not results[name][0].passed
+    margin = rate * runs + 3 * np.sqrt(rate * (1 - rate) * runs)
+    assert max(rejected.values()) <= margin, rejected
+
+
+@pytest.mark.parametrize("n", [1, 16])
+def test_consecutive_requests_are_tested_whether_or_not_the_server_honours_n(n):
+    run = fake_run(FakeOpenAI(seed=5), 64, n=n)
+    results = independence_results(run, 1e-6)
+    assert len(results["across"]) == 3 and all(r.n > 0 for r in results["across"])
+    assert (len(results["within"]) == 3) == (n > 1)
