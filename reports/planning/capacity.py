@@ -58,7 +58,7 @@ class Probe:
 def judge(row: dict[str, Any], slo: SLO) -> tuple[bool, str]:
     """A run passes when it is stable and meets every bound; else the first reason it does not."""
     if not bool(row.get("stable", True)):
-        return False, (f"unstable (served {float(row['served_fraction']):.0%} of the offered rate, "
+        return False, (f"unstable (served {float(row['served_fraction']):.1%} of the offered rate, "
                        f"queue growing {float(row['queue_growth']):.2g} s/s)")
     frame = pd.DataFrame([row])
     for objective in slo.objectives:
