@@ -264,7 +264,8 @@ def add_intervals(frame: pd.DataFrame, level: float = LEVEL, alpha_measured: boo
     against it, baselines not at all."""
     out = frame.copy()
     groups = [row_group(row, profiles) for _, row in out.iterrows()]
-    bands = [band(g, level, residuals) for g in groups]
+    cached = {g: band(g, level, residuals) for g in set(groups)}   # a sweep has few groups and many rows
+    bands = [cached[g] for g in groups]
     q = np.array([b.q for b in bands])
     factors = [_row_alpha_factors(row, alpha_measured, alpha_spread) for _, row in out.iterrows()]
     f_lo = np.array([f[0] for f in factors])
