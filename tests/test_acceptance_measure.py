@@ -167,6 +167,7 @@ def test_cli_writes_traces_csv_and_png_that_plan_replays(tiny, tmp_path, capsys)
     assert main(["acceptance", "--target", str(target), "--draft", f"small={draft}", "--draft", "ngram",
                  "--prompts", str(prompts), "--samples", "2", "--max-new-tokens", "12", "--gamma", "1,2,4",
                  "--threads", "1", "--no-progress", "--csv", str(csv)]) == 0
+    assert "Loading weights" not in capsys.readouterr().err  # --no-progress: transformers' bars off too
     summary = pd.read_csv(csv)
     assert set(summary["draft"]) == {"small", "ngram"} and sorted(set(summary["gamma"])) == [1, 2, 4]
     assert ((summary["mean_alpha_ci_low"] <= summary["mean_alpha"]) & (summary["mean_alpha"] <= summary["mean_alpha_ci_high"])).all()

@@ -10,7 +10,10 @@ is checked before anything is written; a bad one is one line on stderr and exit 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
 import importlib.util
+import os
 import sys
 import time
 from pathlib import Path
@@ -357,4 +360,32 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help, or a bad option already reported in one line
         return int(exc.code or 0)
     args.argv = argv
-    return execute(args)
+    with _quiet_loading(args.no_progress):
+        return execute(args)
+
+
+@contextlib.contextmanager
+def _quiet_loading(quiet: bool):
+    """With --no-progress, transformers' and huggingface_hub's own bars (loading weights,
+    converting a GGUF) are off too; restored afterwards for a caller sharing the process."""
+    if not quiet:
+        yield
+        return
+    before = os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS")
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"  # read when huggingface_hub is imported
+    switches = []
+    for module, off, on in (("huggingface_hub.utils", "disable_progress_bars", "enable_progress_bars"),
+                            ("transformers.utils.logging", "disable_progress_bar", "enable_progress_bar")):
+        if module.split(".")[0] in sys.modules:  # already imported: switch it off now
+            mod = importlib.import_module(module)
+            getattr(mod, off)()
+            switches.append(getattr(mod, on))
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("HF_HUB_DISABLE_PROGRESS_BARS", None)
+        else:
+            os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = before
+        for on in switches:
+            on()
