@@ -179,3 +179,26 @@ def test_rate_limit_spaces_the_requests(tmp_path):
     summary = _probe(tmp_path / "run.jsonl", app, samples=5, client_config=ClientConfig(concurrency=4, max_rps=100))
     assert app.requests == 21
     assert summary.seconds >= 20 / 100  # 21 requests started at most 100 a second: 20 gaps of 10 ms
+
+
+def test_a_server_reporting_the_colder_law_it_samples_fails_with_the_cross_check(tmp_path, capsys):
+    """It samples at 0.6 x the temperature and reports that law: the logprobs rows pass (they hold against
+    the reported law, and say so); cross-checked against the reference, or a run with speculation off, it fails."""
+    from specgauge.stattests.server.compare import cross_checked
+
+    cold = FakeOpenAI(seed=8, sample_temperature_factor=0.6, report_sampled=True).run(PROMPTS[:2], 400)
+    own = one_sample_logprobs(cold, target_tv=0.5)
+    assert own.passed and "from the law the server reports" in own.verdict().splitlines()[-1]
+    against_reference = cross_checked(cold, law=FakeOpenAI().reference(), target_tv=0.5)
+    assert not against_reference.passed
+    assert "off the reference model's law" in against_reference.verdict(), against_reference.verdict()
+    off = FakeOpenAI(seed=9).run(PROMPTS[:2], 400)
+    against_baseline = cross_checked(cold, baseline=off, target_tv=0.5)
+    assert not against_baseline.passed and "cross-check-baseline:" in " ".join(against_baseline.frame["check"])
+    assert cross_checked(FakeOpenAI(seed=10).run(PROMPTS[:2], 400), baseline=off, target_tv=0.5).passed
+    path, base = tmp_path / "cold.jsonl", tmp_path / "off.jsonl"
+    for run, out in ((cold, path), (off, base)):
+        out.write_text("".join(json.dumps(line) + "\n" for line in [run.header, *run.records]))
+    status = cli.main(["compare", str(path), "--mode", "logprobs", "--baseline", str(base), "--tv", "0.5",
+                       "--csv", str(tmp_path / "c.csv")])
+    assert status == 1 and "FAIL (logprobs" in capsys.readouterr().out

@@ -13,25 +13,13 @@ import pytest
 
 from specgauge.fixtures.fake_openai import FakeOpenAI
 from specgauge.stattests.server.compare import independence_results, one_sample_logprobs, two_sample
-from specgauge.stattests.server.probe import FORMAT, ProbeConfig, ProbeRun, _parse_choice
+from specgauge.stattests.server.probe import ProbeRun
 
 PROMPTS = ["one", "two"]
 
 
 def fake_run(app: FakeOpenAI, samples: int, *, n: int = 16, length: int = 3, top: int = 9) -> ProbeRun:
-    """A probe file's content drawn straight from the fake's replies (no HTTP): ``samples`` a prompt,
-    ``n`` choices a request, requests round-robin over the prompts as the probe sends them."""
-    cfg = ProbeConfig("http://fake", max_tokens=length, samples_per_prompt=samples, top_logprobs=top, n=n)
-    header = {"format": FORMAT, "model": "fake-markov", "params": {**cfg.params(), "model": "fake-markov"},
-              "prompts": PROMPTS, "capabilities": {"n": n > 1, "logprobs": True, "token_ids": True}}
-    records, request = [], 0
-    for start in range(0, samples, n):
-        for p, prompt in enumerate(PROMPTS):
-            body = {"prompt": prompt, "n": min(n, samples - start), "max_tokens": length, "logprobs": top}
-            for j, choice in enumerate(app.reply("/v1/completions", body)[1]["choices"]):
-                records.append({"p": p, "s": start + j, "r": request, **_parse_choice(choice, "completions")})
-            request += 1
-    return ProbeRun(header, records)
+    return app.run(PROMPTS, samples, n=n, length=length, top=top)
 
 
 def test_choices_coupled_at_half_the_request_fail_every_mode():

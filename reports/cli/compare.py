@@ -24,9 +24,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Certify that a server samples exactly: speculation on vs off (two-sample), against the "
                     "server's own top-k logprobs, or against a local reference model (teacher forcing).")
     parser.add_argument("candidate", help="probe JSONL of the server under test (speculation on)")
-    parser.add_argument("--baseline", default=None, help="probe JSONL with speculation off: two-sample mode")
+    parser.add_argument("--baseline", default=None, help="probe JSONL with speculation off: two-sample mode (with "
+                        "--mode logprobs: the reported law cross-checked against it)")
     parser.add_argument("--reference", default=None, metavar="MODEL_DIR",
-                        help="local Hugging Face model directory of the served model: reference mode")
+                        help="local Hugging Face model directory of the served model: reference mode (with "
+                             "--mode logprobs: the reported law cross-checked against it)")
     parser.add_argument("--tokenizer", default=None, metavar="MODEL_DIR",
                         help="count tokens with this model directory's tokenizer where the server returned text only "
                              "(default: words; the reference mode counts with the reference's tokenizer)")
@@ -54,10 +56,13 @@ def _mode(args: argparse.Namespace) -> str:
                           "--mode reference")
     mode = args.mode or ("two-sample" if args.baseline else "reference" if args.reference else "logprobs")
     unused = [f"--{name.replace('_', '-')}" for name in ("ref_temperature", "ref_top_k", "ref_top_p", "ref_min_p")
-              if getattr(args, name) is not None and mode != "reference"]
+              if getattr(args, name) is not None and mode != "reference" and not (mode == "logprobs" and args.reference)]
     unused += ["--eos-token"] if args.eos_token and mode != "logprobs" else []
     unused += [flag for flag, value, used in (("--baseline", args.baseline, "two-sample"),
-                                              ("--reference", args.reference, "reference")) if value and mode != used]
+                                              ("--reference", args.reference, "reference"))
+               if value and mode != used and mode != "logprobs"]  # logprobs: a cross-check of the reported law
+    if mode == "logprobs" and args.baseline and args.reference:
+        raise UsageError("--mode logprobs cross-checks the reported law against one of --reference or --baseline")
     if unused:
         raise UsageError(f"{', '.join(unused)} would be ignored in {mode} mode")
     if mode == "two-sample" and not args.baseline:
@@ -92,7 +97,8 @@ def certificate(args: argparse.Namespace) -> ServerCertificate:
 
             tokenize = model_tokenizer(args.tokenizer)
         return run_mode(mode, baseline=read_probe(args.baseline, whole=True), candidate=candidate, tokenize=tokenize, **common)
-    if mode == "reference":
+    ref = None
+    if args.reference:
         from specgauge.stattests.server.reference import ReferenceModel
 
         params = candidate.header["params"]
@@ -102,8 +108,15 @@ def certificate(args: argparse.Namespace) -> ServerCertificate:
                              top_p=args.ref_top_p if args.ref_top_p is not None else params.get("top_p"),
                              min_p=args.ref_min_p if args.ref_min_p is not None else params.get("min_p"),
                              progress=auto_mode(sys.stderr))
+    if mode == "reference":
         return run_mode(mode, run=candidate, law=ref, seed=args.seed, **common)
-    return run_mode(mode, run=candidate, seed=args.seed, eos_tokens=tuple(args.eos_token or ()), **common)
+    eos = tuple(args.eos_token or ())
+    if args.reference or args.baseline:  # the reported law cross-checked
+        from specgauge.stattests.server.compare import cross_checked
+
+        baseline = read_probe(args.baseline, whole=True) if args.baseline else None
+        return cross_checked(candidate, law=ref, baseline=baseline, seed=args.seed, eos_tokens=eos, **common)
+    return run_mode(mode, run=candidate, seed=args.seed, eos_tokens=eos, **common)
 
 
 def main(argv: list[str] | None = None) -> int:

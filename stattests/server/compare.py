@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
+import pandas as pd
 from scipy import stats
 
 from specgauge.errors import InputFileError
@@ -111,8 +112,8 @@ class ServerCertificate:
             where = f"[{first['position']}]" if first["position"] else ""
             return (f"FAIL ({self.mode}: {what}): {', '.join(dict.fromkeys(failed['check']))} rejected exactness "
                     f"at false-fail {total:.1g} ({first['check']}{where}: {size}p-value {float(first['pvalue']):.3g})"
-                    f"\nthese samples are off {_AGAINST[self.mode]}: an exact server fails this way with probability at "
-                    f"most {total:.1g}")
+                    f"\nthese samples are off {self._against(failed)}: an exact server fails this way with probability "
+                    f"at most {total:.1g}")
         joint = f[kinds.isin(("joint", "joint-topk"))]
         gaps = f[(f["verdict"] == "untested") & ~kinds.isin(("joint", "joint-topk", "independence"))]
         untested = [f"{c}[{p}]" if p else c for c, p in gaps[["check", "position"]].values]
@@ -128,6 +129,13 @@ class ServerCertificate:
         return (f"{line}; {head['check']}{where} could detect {_SHORT[_kind(head['detectable'])]} >= {figure:.3g} "
                 f"with power {1 - DEFAULT_FALSE_PASS:g} (n {int(head['n'])}, tokens as {self.unit})\n"
                 + self._plain(figure, "a binned difference (not a worst case) "))
+
+    def _against(self, failed) -> str:
+        """Which law the failing rows' draws are off: the mode's, or a cross-check's."""
+        checks = list(failed["check"])
+        names = [_AGAINST[self.mode]] if any(":" not in c for c in checks) else []
+        names += [_AGAINST[mode] for mode, prefix in CROSS.items() if any(c.startswith(prefix + ":") for c in checks)]
+        return " and ".join(names)
 
     def _plain(self, figure: float, kind: str = "") -> str:
         """The verdict's last line, in words."""
@@ -789,8 +797,8 @@ def one_sample_logprobs(run: ProbeRun, *, false_fail_rate: float = DEFAULT_FALSE
     def law_of(i, k):
         return laws[i, k]
     notes = ["logprobs must be those of the sampled distribution (after temperature/top-k/top-p): every row holds "
-             "against the law the server reports, which this mode takes on trust (cross-check it with --reference "
-             "MODEL_DIR or --baseline OFF.jsonl)"]
+             "against the law the server reports, which this mode takes on trust (cross-check it: compare --mode "
+             "logprobs with --reference MODEL_DIR or --baseline OFF.jsonl)"]
     ended = int(sum(stopped_at_end(r, stop_strings) and len(r["tokens"]) < seqs.shape[1]
                     and not (r["tokens"] and r["tokens"][-1] == end) for r in run.records))
     if ended:
@@ -869,6 +877,32 @@ def _heaviest(plan: ContextPlan, cells: np.ndarray, law_of) -> tuple[np.ndarray,
         out_cells[members, k] = where[cells[members, k]]
         out_laws[members, k] = lumped
     return out_cells, out_laws
+
+
+def cross_checked(run: ProbeRun, *, law: Callable[[ProbeRun], tuple] | None = None, baseline: ProbeRun | None = None,
+                  false_fail_rate: float = DEFAULT_FALSE_FAIL, target_tv: float = 0.1, seed: int = 0,
+                  eos_tokens: Sequence[str] = ()) -> ServerCertificate:
+    """The logprobs mode, with the reported law cross-checked: the same samples also against a
+    reference model's law (``law``), or against a run with speculation off (``baseline``), each
+    half at half the false-fail rate, in one certificate. A server that samples and reports one
+    wrong law (colder, say) passes the logprobs rows and fails the cross-check's."""
+    if (law is None) == (baseline is None):
+        raise InputFileError("a cross-check needs one of a reference model or a baseline run")
+    half = false_fail_rate / 2
+    own = one_sample_logprobs(run, false_fail_rate=half, target_tv=target_tv, seed=seed, eos_tokens=eos_tokens)
+    other = (one_sample_reference(run, law, false_fail_rate=half, target_tv=target_tv, seed=seed) if law is not None
+             else two_sample(baseline, run, false_fail_rate=half, target_tv=target_tv))
+    frame = other.frame.copy()
+    frame["check"] = f"{CROSS[other.mode]}:" + frame["check"]
+    merged = Certificate(pd.concat([own.frame, frame], ignore_index=True))
+    notes = [*own.notes, *(f"{CROSS[other.mode]}: {note}" for note in other.notes),
+             f"the reported law cross-checked: the rows named {CROSS[other.mode]}:... test the same samples against "
+             f"{_AGAINST[other.mode]}, each half at false-fail {half:.1g}"]
+    return ServerCertificate("logprobs", merged, target_tv, own.unit, tuple(notes), own.length)
+
+
+#: The prefix of a cross-check's rows, by the mode that made them.
+CROSS = {"reference": "cross-check-reference", "two-sample": "cross-check-baseline"}
 
 
 def run_mode(mode: str, **kwargs) -> ServerCertificate:
