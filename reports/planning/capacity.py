@@ -29,7 +29,7 @@ from .slo import SLO, parse_slo
 REL_TOL = 0.01
 #: the upper end starts at this multiple of the saturated run's request rate (its drain leaves it slightly low)
 SATURATED_MARGIN = 1.1
-#: the bracket's first lower end, as a fraction of the upper; below it no rate meets the SLO
+#: the bracket's lower end when half the upper fails, as a fraction of the upper; below it no rate meets the SLO
 FLOOR_FRACTION = 1.0 / 256
 
 
@@ -87,10 +87,13 @@ def search(config: SimulationConfig, slo: SLO, rel_tol: float = REL_TOL) -> tupl
         ok_hi, row_hi = run(hi)
     if ok_hi:
         return row_hi, probes, sat_rate
-    lo = hi * FLOOR_FRACTION
+    lo = hi / 2.0  # most configurations hold half their saturated rate: a narrow bracket at once
     ok_lo, best = run(lo)
     if not ok_lo:
-        return None, probes, sat_rate
+        hi, lo = lo, hi * FLOOR_FRACTION
+        ok_lo, best = run(lo)
+        if not ok_lo:
+            return None, probes, sat_rate
     while hi - lo > rel_tol * lo:
         mid = math.sqrt(lo * hi) if hi / lo > 4 else 0.5 * (lo + hi)
         ok, row = run(mid)
