@@ -87,7 +87,7 @@ EXAMPLES: tuple[Example, ...] = (
         setup=f"cp {ROOT / 'docs/examples/calibrate'}/*.json ."),
     Example("plan-rate", "docs/planner.md", (
         "specgauge plan --gpu h100 --target llama-3.1-70b --draft eagle --tp 2,4,8 --prompt-len 1000 "
-        "--output-len 300 --gamma 3 --slo tpot:60 --rate 40",), slow=True),
+        "--output-len 300 --gamma 3 --slo tpot:60 --rate 40 --no-progress",), slow=True),
     Example("certify-seed", "README.md", ("specgauge certify --fixture seed-six-token",), slow=True),
     Example("plan-default", "README.md", ("specgauge plan",), slow=True),
     Example("server-fake", "docs/server.md", (
