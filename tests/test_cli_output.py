@@ -114,9 +114,11 @@ def test_an_existing_read_only_file_is_refused(tmp_path):
         resolve_csv_target(path, "x.csv")
 
 
-def test_certify_shows_what_it_is_doing_from_the_first_second(tmp_path, capsys):
-    """No silent minute: a bar over the sizing of each fixture's samples, then the certifying bar,
-    which names the fixture it samples as soon as it starts it."""
+def test_certify_shows_what_it_is_doing_from_the_first_second(tmp_path, capsys, monkeypatch):
+    """No silent minute: on a terminal, a bar over the sizing of each fixture's samples, then the
+    certifying bar, which names the fixture it samples as soon as it starts it (in a log, lines:
+    tests/test_progress_lines.py)."""
+    monkeypatch.setattr("specgauge.progress.auto_mode", lambda stream=None, enabled=True: "bar")
     assert cli_main(["certify", "--fixture", "seed-six-token", "--fixture", "tiny", "--tv", "0.05",
                      "--csv", str(tmp_path / "c.csv")]) == 0
     err = capsys.readouterr().err

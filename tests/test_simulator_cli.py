@@ -96,6 +96,7 @@ def test_simulate_shows_a_progress_bar_past_a_few_seconds_and_the_row_is_unchang
     assert simulate(config, lambda admitted, total: calls.append((admitted, total))) == simulate(config)
     assert calls and calls[-1] == (400, 400) and all(a <= b for (a, _), (b, _) in zip(calls, calls[1:]))
     monkeypatch.setattr(budget, "SLOW_SECONDS", 0.0)
+    monkeypatch.setattr("specgauge.progress.auto_mode", lambda stream=None, enabled=True: "bar")  # a terminal
     assert command.main(["--requests", "200", "--output-len", "16"]) == 0
     assert "simulating" in capsys.readouterr().err
 

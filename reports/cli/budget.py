@@ -73,9 +73,9 @@ def progress_bar(config):
     seconds, _ = estimate(config)
     if seconds <= SLOW_SECONDS:
         return None
-    from tqdm.auto import tqdm
+    from specgauge.progress import bar as progress_bar
 
-    bar = tqdm(desc="simulating", unit="request", file=sys.stderr, leave=False, mininterval=0.5)
+    bar = progress_bar(desc="simulating", unit="request", file=sys.stderr, leave=False, mininterval=0.5)
 
     def update(admitted: int, total: int) -> None:
         bar.total = total

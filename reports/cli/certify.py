@@ -211,8 +211,7 @@ def capped_note(config: CertConfig, fixtures: list[str] | None, checks: list[str
 
     Sizing searches each fixture's sample size (the identity test's by bisection), about a
     minute over the default fixtures on two cores, so ``progress`` shows a bar over them."""
-    from tqdm import tqdm
-
+    from specgauge.progress import bar as progress_bar
     from specgauge.stattests.chain.harness import emission_probability
     from specgauge.stattests.chain.sequences import MAX_SEQUENCES
     from specgauge.stattests.core.statistics import min_discrepancy_of_ks_uniformity
@@ -222,7 +221,7 @@ def capped_note(config: CertConfig, fixtures: list[str] | None, checks: list[str
     uncapped = replace(config, max_rows=2**62, max_bytes=2**62)
     reached: dict[str, float] = {}
     unique = list({fixture.name: fixture for _, fixture, _ in items}.values())
-    for fixture in tqdm(unique, desc="sizing the samples", unit="fixture", disable=not progress, leave=False):
+    for fixture in progress_bar(unique, desc="sizing the samples", unit="fixture", disable=not progress, leave=False):
         if fixture.kind == "sequence":
             n = config.sequences(fixture)
             capped = n >= MAX_SEQUENCES

@@ -138,13 +138,13 @@ def run_sweep(
     A failing item stops the sweep with its index and description; rows finished before
     it stay in the journal (under ``keys[index]``) for the resumed run.
     """
-    from tqdm import tqdm
+    from specgauge.progress import bar as progress_bar
 
     executor = options.resolved_executor()
     results: dict[int, Row] = dict(done or {})
     todo = [i for i in range(len(items)) if i not in results]
-    bar = tqdm(total=len(items), initial=len(items) - len(todo), disable=not options.progress,
-               unit="config", file=sys.stderr, dynamic_ncols=True)
+    bar = progress_bar(total=len(items), initial=len(items) - len(todo), disable=not options.progress,
+                       unit="config", file=sys.stderr, dynamic_ncols=True)
     runner = {"serial": _serial, "process": _processes, "dask": _dask}[executor]
     # closing(): an interrupt or error in this loop stops the workers at once, not when its traceback is freed
     with contextlib.closing(runner(func, items, todo, options)) as outcomes:

@@ -286,9 +286,9 @@ def certification(decoder: Decoder | str | None = None, config: CertConfig | Non
     items = list(plan(fixtures, checks, slow))
     config = planned_config(config, fixtures, checks, slow)  # the family-wise rate over the assertions run
     session = CertificationSession(obj, name, config, runs)
-    from tqdm import tqdm
+    from specgauge.progress import bar as progress_bar
 
-    bar = tqdm(items, desc=f"certifying {name}", unit="assertion", disable=not progress, leave=False)
+    bar = progress_bar(items, desc=f"certifying {name}", unit="assertion", disable=not progress, leave=False)
     for check, fixture, position in bar:
         # a new fixture is sampled on its first assertion, which can take a while: name it at once
         bar.set_postfix_str(fixture.name, refresh=fixture.name != getattr(bar, "postfix", None))

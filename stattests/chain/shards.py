@@ -225,8 +225,7 @@ def run_shards(shards: Sequence[Shard], decoder_name: str, cache: ShardCache | N
     this process, per finished shard on other processes or machines."""
     from dataclasses import replace
 
-    from tqdm import tqdm
-
+    from specgauge.progress import bar as progress_bar
     from specgauge.sweeps.executors import run_sweep
     from specgauge.sweeps.journal import item_key
     from specgauge.stattests.chain.certify import ALL_FIXTURES
@@ -238,7 +237,7 @@ def run_shards(shards: Sequence[Shard], decoder_name: str, cache: ShardCache | N
         found = cache.load(key) if cache is not None else None
         if found is not None:
             done[i] = found
-    bar = tqdm(total=sum(s.shard_rows for s in shards), initial=sum(shards[i].shard_rows for i in done),
+    bar = progress_bar(total=sum(s.shard_rows for s in shards), initial=sum(shards[i].shard_rows for i in done),
                desc="verifying", unit="row", unit_scale=True, disable=not progress, leave=False, dynamic_ncols=True)
     in_process = executor == "serial"
     func = partial(run_shard, progress=bar.update) if in_process else run_shard
@@ -435,15 +434,14 @@ def sized_plan(config, fixtures: Sequence[str] | None = None, checks: Sequence[s
     (pytest's ``-k``): only their fixtures are sized."""
     import time
 
-    from tqdm import tqdm
-
+    from specgauge.progress import bar as progress_bar
     from specgauge.stattests.chain.certify import plan, planned_config
 
     planned = planned_config(config, fixtures, checks, slow)
     chosen = plan(fixtures, checks, slow) if items is None else items
     pairs = list({f.name: f for _, f, _ in chosen if f.kind != "sequence"}.values())
     rows: dict[str, int] = {}
-    for fixture in tqdm(pairs, desc="sizing the samples", unit="fixture", disable=not progress, leave=False):
+    for fixture in progress_bar(pairs, desc="sizing the samples", unit="fixture", disable=not progress, leave=False):
         rows[fixture.name] = planned.rows(fixture)
     est = estimate(pairs, rows, planned.chunk_bytes).with_spent(time.process_time())
     if refuse is not None:
