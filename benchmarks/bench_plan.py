@@ -34,7 +34,7 @@ def test_default_plan_under_30_seconds(benchmark, tmp_path, monkeypatch, speed_t
     benchmark.extra_info["default_plan_seconds"] = round(elapsed, 2)
     print(f"\ndefault plan: {elapsed:.1f} s")
     speed_target(elapsed < 30, f"the default plan took {elapsed:.1f} s (target under 30 s)")
-    assert (tmp_path / "reports" / "plan.csv").exists()
+    assert (tmp_path / "specgauge-out" / "plan.csv").exists()
 
 
 _TIMINGS: dict[str, float] = {}  # --jobs 1 runs first (parametrize order), --jobs 2 reports the ratio

@@ -11,13 +11,13 @@
 # needs only triton, and its own pins (torch 2.14.1) clash with vLLM's (torch 2.14.0).
 #
 # Usage: bash scripts/certify-cuda.sh [TV]        (default TV 0.01; a few minutes on an H100/H200)
-# Output: reports/cuda/<decoder>.csv (one row per assertion) and a summary per decoder on stdout.
+# Output: specgauge-out/cuda/<decoder>.csv (one row per assertion) and a summary per decoder on stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TV=${1:-${SPECGAUGE_CUDA_TV:-0.01}}
 VENV=${VENV:-.venv-cuda}
-OUT=${OUT:-reports/cuda}
+OUT=${OUT:-specgauge-out/cuda}
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
   echo "certify-cuda: no NVIDIA GPU here (nvidia-smi -L failed); on a CPU use scripts/install-cpu-backends.sh and tests/test_backend_*.py" >&2

@@ -2,7 +2,7 @@
 
 ``resolve_csv_target`` runs before any work, so a missing or read-only folder, or a
 folder, pipe or device given where a file belongs, is one clear line and not a traceback
-after minutes of computing; it creates nothing (the default ``reports/`` folder is made
+after minutes of computing; it creates nothing (the default ``specgauge-out/`` folder is made
 at the first write, so a refusal leaves nothing on disk). ``write_csv_atomic`` writes the
 CSV, then ``<stem>.meta.json`` beside it (specgauge version, the command, its arguments,
 seed, row count and the CSV's sha256), each through a temporary file renamed into place
@@ -28,7 +28,9 @@ import pandas as pd
 from specgauge import __version__
 from specgauge.errors import SpecgaugeError, UsageError
 
-DEFAULT_DIR = Path("reports")
+#: Where a report goes when no path is given: a folder of its own in the current directory,
+#: never among the sources (run inside the checkout, `reports/` is specgauge's own package).
+DEFAULT_DIR = Path("specgauge-out")
 JOURNAL_SUFFIX = ".partial.jsonl"
 
 
@@ -80,7 +82,7 @@ def resolve_csv_target(path: Path | str | None, default_name: str, flag: str = "
     """Check, before any work, that the CSV can be written; create nothing.
 
     A user's path in a missing or read-only folder is refused (one clear line), not
-    silently created somewhere else; the default ``reports/`` folder is checked here and
+    silently created somewhere else; the default ``specgauge-out/`` folder is checked here and
     created at the first write (``ensure_folder``).
     """
     if path is None:
@@ -153,7 +155,7 @@ def output_file_problem(target: Path) -> str | None:
 
 
 def ensure_folder(path: Path) -> bool:
-    """Create the folder ``path`` goes in, at the first write (the default ``reports/``);
+    """Create the folder ``path`` goes in, at the first write (the default ``specgauge-out/``);
     True when it was created here. A folder the user named was checked up front and exists."""
     folder = Path(path).parent
     if folder.is_dir():

@@ -70,9 +70,9 @@ def test_each_block_shows_the_commands_as_the_example_runs_them():
 
 
 def test_the_checker_ignores_noise_and_catches_a_stale_number():
-    page = ["$ specgauge plan", "wrote reports/plan.csv: 72 configurations in 17.6 s",
+    page = ["$ specgauge plan", "wrote specgauge-out/plan.csv: 72 configurations in 17.6 s",
             "probe: 8000 new samples in 7.3 s (1092/s), 8000 in /tmp/x/off.jsonl", "1      5    2.26"]
-    run = ["$ specgauge plan", "wrote reports/plan.csv: 72 configurations in 3.1 s",
+    run = ["$ specgauge plan", "wrote specgauge-out/plan.csv: 72 configurations in 3.1 s",
            "probe: 8000 new samples in 9.0 s (880/s), 8000 in /tmp/other/off.jsonl", "1  5  2.26"]
     assert docs.normalise("\n".join(page)) == docs.normalise("\n".join(run))
     stale = run[:-1] + ["1      3    2.26"]                                  # best γ changed: the page is stale

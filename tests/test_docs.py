@@ -199,7 +199,7 @@ def check_paths(doc: Path, parsed: Parsed, root: Path = ROOT) -> list[Problem]:
         span = span.strip()
         if not PATHLIKE.match(span) or span.split("/")[0] not in top:
             continue
-        if span.startswith("reports/") and span.endswith(OUTPUT_SUFFIXES):
+        if span.startswith("specgauge-out/") and span.endswith(OUTPUT_SUFFIXES):
             continue  # what a command writes into the default output folder
         if not (list(root.glob(span.rstrip("/"))) if "*" in span else (root / span).exists()):
             problems.append(Problem(doc.name, f"`{span}`: no such path in the repository"))
@@ -217,7 +217,7 @@ BAD = """# A page
 
 [gone](nowhere.md), [wrong anchor](#no-such-heading), [fine](#its-only-heading),
 [escape](../../../etc/passwd) and `stattests/no_such_module.py`, but `stattests/chain/zoo.py`
-and `reports/plan.csv` (an output) are fine.
+and `specgauge-out/plan.csv` (an output) are fine.
 
     specgauge plan --gamma 2 --no-such-flag
     specgauge certfy --decoder numpy
@@ -236,7 +236,7 @@ Inline: `specgauge simulate --gama 4`.
 def test_the_checker_catches_each_kind_of_mistake(tmp_path):
     (tmp_path / "stattests" / "chain").mkdir(parents=True)
     (tmp_path / "stattests" / "chain" / "zoo.py").write_text("")
-    (tmp_path / "reports").mkdir()
+    (tmp_path / "specgauge-out").mkdir()
     doc = tmp_path / "docs" / "bad.md"
     doc.parent.mkdir()
     doc.write_text(BAD)

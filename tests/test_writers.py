@@ -86,20 +86,34 @@ def test_a_write_that_fails_is_one_line_and_leaves_nothing_half_written(folder, 
                               "compare-missing"])
 def test_a_refusal_of_a_command_writing_to_the_default_folder_creates_no_folder(folder, argv):
     assert main(argv) == 2
-    assert not (folder / "reports").exists()
+    assert not (folder / "specgauge-out").exists()
 
 
 def test_the_default_folder_is_made_at_the_first_write_and_a_refused_run_leaves_none(folder):
-    with sweep_lock(CsvTarget(folder / "reports" / "plan.csv"), "specgauge first-run"):
-        assert (folder / "reports").is_dir()  # the lock is the first write: it makes the folder
+    with sweep_lock(CsvTarget(folder / "specgauge-out" / "plan.csv"), "specgauge first-run"):
+        assert (folder / "specgauge-out").is_dir()  # the lock is the first write: it makes the folder
         assert main(PLAN) == 1
-    assert not (folder / "reports").exists()  # the folder it made, still empty, goes with the lock
+    assert not (folder / "specgauge-out").exists()  # the folder it made, still empty, goes with the lock
     assert main(PLAN) == 0
-    assert (folder / "reports" / "plan.csv").is_file()
+    assert (folder / "specgauge-out" / "plan.csv").is_file()
 
 
 def test_an_unwritable_default_folder_is_refused_before_any_work(folder, capsys):
     """The default folder cannot be made where a file already stands in its place."""
-    Path(folder / "reports").write_text("not a folder")
+    Path(folder / "specgauge-out").write_text("not a folder")
     assert main(PLAN) == 2
-    assert "cannot write 'reports/plan.csv': 'reports' is a file, not a folder" in capsys.readouterr().err
+    assert "cannot write 'specgauge-out/plan.csv': 'specgauge-out' is a file, not a folder" in capsys.readouterr().err
+
+
+def test_a_run_inside_the_checkout_writes_nothing_among_the_sources(tmp_path, monkeypatch):
+    """The default output folder is specgauge-out/, never reports/ (the package's own folder
+    when run inside the checkout)."""
+    from specgauge.reports.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "__init__.py").write_text("")
+    assert main(["plan", "--gamma", "2", "--batch-size", "1", "--requests", "10", "--output-len", "16",
+                 "--no-progress", "--no-plot"]) == 0
+    assert (tmp_path / "specgauge-out" / "plan.csv").is_file()
+    assert [p.name for p in (tmp_path / "reports").iterdir()] == ["__init__.py"]

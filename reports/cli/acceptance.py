@@ -1,6 +1,6 @@
 """``specgauge acceptance``: each draft's exact per-position acceptance on the user's prompts.
 
-Writes, beside ``--csv`` (default ``reports/acceptance.csv``): the summary CSV (one row per
+Writes, beside ``--csv`` (default ``specgauge-out/acceptance.csv``): the summary CSV (one row per
 draft and γ), the per-request traces ``<stem>.jsonl`` (``simulate``/``plan --acceptance
 <stem>.jsonl:LABEL`` replay them) and the figure ``<stem>.png``; with ``--plan``, the
 simulated rows ``<stem>_plan.csv`` and the decisions ``<stem>_decision.csv``. Every input
@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=validate.positive_int, default=8, help="requests per forward pass")
     p.add_argument("--threads", type=validate.positive_int, default=None, help="torch CPU threads (default: torch's; 1 is fastest "
                    "for tiny models on shared cores)")
-    p.add_argument("--csv", default=None, metavar="PATH", help="summary CSV (default reports/acceptance.csv)")
+    p.add_argument("--csv", default=None, metavar="PATH", help="summary CSV (default specgauge-out/acceptance.csv)")
     p.add_argument("--plot", action=argparse.BooleanOptionalAction, default=None,
                    help="write the PNG (default: on when matplotlib is installed)")
     p.add_argument("--no-progress", action="store_true")

@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--check", action="append", choices=list(CHECKS), help="only these checks (repeatable)")
     parser.add_argument("--fixture", action="append", choices=list(ALL_FIXTURES), help="only these fixtures (repeatable)")
     parser.add_argument("--csv", type=validate.OutputPath((".csv",)), default=None, metavar="PATH",
-                        help="certificate path (default reports/certificate.csv); a .meta.json sidecar goes beside it")
+                        help="certificate path (default specgauge-out/certificate.csv); a .meta.json sidecar goes beside it")
     sized = parser.add_argument_group("sized and sharded runs")
     sized.add_argument("--guarantee", type=validate.certified_tv, default=None, metavar="TV",
                        help="size each fixture's rows for this worst-case TV at its rarest emitted position "

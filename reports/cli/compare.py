@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--eos-token", action="append", default=None, metavar="NAME",
                         help="logprobs mode: the end-of-sequence token's name in the top logprobs (e.g. token_id:2 "
                              "or </s>), where samples stopped without listing it (default: guessed, and said)")
-    parser.add_argument("--csv", default=None, help="certificate CSV (default reports/server_certificate.csv)")
+    parser.add_argument("--csv", default=None, help="certificate CSV (default specgauge-out/server_certificate.csv)")
     return parser
 
 

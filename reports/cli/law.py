@@ -185,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=validate.non_negative_int, default=4000, help="Monte Carlo rounds per point (0: closed form only)")
     parser.add_argument("--decoder", default="numpy", help="decoder for the Monte Carlo check (short name or MODULE:NAME)")
     parser.add_argument("--seed", type=validate.seed, default=0, help="root seed of the Monte Carlo draws")
-    parser.add_argument("--csv", type=validate.OutputPath((".csv",)), default=None, help="output CSV (default reports/law.csv)")
+    parser.add_argument("--csv", type=validate.OutputPath((".csv",)), default=None, help="output CSV (default specgauge-out/law.csv)")
     parser.add_argument("--plot", action="store_true", help="also write tokens-per-pass and speed-up PNGs beside the CSV")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.add_argument("--example", action="store_true",

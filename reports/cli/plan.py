@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         "default scenario's value (Qwen3-32B, Qwen3-0.6B drafting, one H200, γ and batch cap swept, "
         "saturated), so the defaults below are the ones that apply. Lengths are in tokens, times in ms.",
     )
-    add_simulation_options(parser, sweep=True, defaults=PLAN_DEFAULTS)  # includes --csv (default reports/plan.csv)
+    add_simulation_options(parser, sweep=True, defaults=PLAN_DEFAULTS)  # includes --csv (default specgauge-out/plan.csv)
     group = parser.add_argument_group("plan")
     group.add_argument("--slo", nargs="+", default=None, metavar="METRIC:MS",
                        help="service-level objectives in ms as vllm bench serve --goodput takes them, e.g. "

@@ -118,7 +118,7 @@ def sweep_lock(target: CsvTarget | Path | str, command: str, flag: str = "--csv"
     """Hold ``<file>.lock`` for the whole run; a second run on the same output is refused,
     naming the holder (``flag``: the option that chose the file, for the refusal's advice).
 
-    The default folder (``reports/``) is made here, at the run's first write, and removed
+    The default folder (``specgauge-out/``) is made here, at the run's first write, and removed
     again if the run leaves it empty."""
     try:
         import fcntl
