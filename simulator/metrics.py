@@ -41,13 +41,15 @@ class Stability:
     """Whether a run's queue kept up with its arrivals.
 
     ``served_fraction``: the rate requests completed over the rate they arrived, read off
-    the number in the system (arrived, not yet finished) at each arrival from the first
-    decile's to the last: one less its least-squares slope over the offered rate. A stable
-    queue holds a steady number whatever its bursts; one served at 0.98 of the offered rate
-    gains 0.02 requests a request. Fitted over the whole window, a burst's swing does not
-    decide it, as it would a ratio of two order statistics. ``queue_growth``: how many
-    seconds the wait before the first token grew per second of arrivals over the second
-    half of the run (least squares); a queue served 2 % too slowly grows by 0.02 s a
+    the number in the system (arrived, not yet finished) at each arrival from the time the
+    engine has filled (one median lifetime after the first arrival, at least the first
+    decile, at most the median arrival) to the last: one less its least-squares slope over
+    the offered rate. A stable queue holds a steady number whatever its bursts; one served
+    at 0.98 of the offered rate gains 0.02 requests a request. A short run's bursts swing
+    the count as well, so a shortfall makes the run unstable only when the count's fitted
+    growth over the window is more than twice its spread about the fit. ``queue_growth``:
+    how many seconds the wait before the first token grew per second of arrivals over the
+    second half of the run (least squares); a queue served 2 % too slowly grows by 0.02 s a
     second. NaN for a saturated run (every request waits at time 0: a closed loop at the
     batch cap, stable by construction: it serves what it is given).
     """
@@ -65,20 +67,29 @@ def stability(arrival: np.ndarray, first_token: np.ndarray, finish: np.ndarray) 
     arrival = np.asarray(arrival, float)
     finish = np.asarray(finish, float)
     n = len(arrival)
-    lo = n // 10
-    if n < 10 or float(arrival[-1] - arrival[lo]) <= 0.0:
+    if n < 10 or float(arrival[-1] - arrival[n // 10]) <= 0.0:
         return Stability(np.nan, np.nan, True)  # one NaN object: rows of equal runs compare equal
+    # the window opens once the empty engine has filled (about one request's lifetime: the run's median
+    # end-to-end latency) and no earlier than the first decile, no later than the median arrival
+    filled = arrival[0] + float(np.nanmedian(finish - arrival))
+    lo = min(max(n // 10, int(np.searchsorted(arrival, filled))), n // 2)
     times = arrival[lo:]
     in_system = np.arange(lo + 1, n + 1) - np.searchsorted(np.sort(finish), times, side="right")
     offered = (n - 1 - lo) / float(times[-1] - times[0])
-    served = 1.0 - float(np.polyfit(times, in_system, 1)[0]) / offered
+    slope, intercept = np.polyfit(times, in_system, 1)
+    served = 1.0 - float(slope) / offered
+    # a short run's bursts swing the count too: a shortfall counts only when the count's fitted growth
+    # over the window exceeds twice its spread about the fit (what a steady queue wanders by)
+    growth_in_system = float(slope) * float(times[-1] - times[0])
+    beyond_noise = growth_in_system > 2.0 * float(np.std(in_system - (slope * times + intercept)))
     half = slice(n // 2, n)
     wait = np.asarray(first_token, float)[half] - arrival[half]
     ok = np.isfinite(wait)
     growth = float(np.polyfit(arrival[half][ok], wait[ok], 1)[0]) if ok.sum() >= 2 and np.ptp(arrival[half][ok]) > 0 \
         else 0.0
     tolerance = 1.0 - STABLE_SERVED_FRACTION
-    stable = bool(served >= STABLE_SERVED_FRACTION and growth <= tolerance and np.isfinite(finish).all())
+    short = served < STABLE_SERVED_FRACTION and beyond_noise
+    stable = bool(not short and growth <= tolerance and np.isfinite(finish).all())
     return Stability(served, growth, stable)
 
 
