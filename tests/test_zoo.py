@@ -24,6 +24,7 @@ from specgauge.stattests.chain.checks import CHECKS
 from specgauge.stattests.chain.diagnosis import diagnose, summary
 from specgauge.stattests.core.contract import load_decoder
 from specgauge.stattests.core.reference import NumpyDecoder
+from specgauge.stattests.plugin import slow_tier_requested
 from specgauge.stattests.chain.zoo import EXACT_ALTERNATIVES, ZOO
 
 TV = 0.03
@@ -39,11 +40,13 @@ _CAUGHT: dict[str, str] = {}
 
 
 @lru_cache(maxsize=None)
-def certificate(name: str) -> Certificate:
+def certificate(name: str, extras: bool = True) -> Certificate:
+    """A mutant on FIXTURES and its own extras; the reference and an exact alternative on every
+    extra too (``extras``; an alternative's extras, 10-20 CPU-s each, are the slow tier's)."""
     if name in ZOO:
         return certify(ZOO[name](), CONFIG, fixtures=FIXTURES + EXTRA.get(name, ()))
     decoder = NumpyDecoder() if name == "reference" else EXACT_ALTERNATIVES[name]()
-    return certify(decoder, CONFIG, fixtures=FIXTURES + ALL_EXTRA)
+    return certify(decoder, CONFIG, fixtures=FIXTURES + (ALL_EXTRA if extras else ()))
 
 
 def _where(cert: Certificate, check: str) -> str:
@@ -102,10 +105,11 @@ def test_reference_passes_the_same_certification():
 
 
 @pytest.mark.parametrize("name", list(EXACT_ALTERNATIVES))
-def test_exact_alternative_passes(name):
+def test_exact_alternative_passes(name, request):
     """Exact rules other than the reference's (recycled uniforms, Gumbel-max, an inverse CDF
-    over a shuffled vocabulary with shuffled rows) pass the certification the mutants fail."""
-    cert = certificate(name)
+    over a shuffled vocabulary with shuffled rows) pass the certification the mutants fail:
+    on FIXTURES in the default tier, on the large-vocabulary extras too in the slow tier."""
+    cert = certificate(name, extras=slow_tier_requested(request.config))
     assert cert.passed, cert.summary()
     assert cert.verdicts == {"exact": True, "optimal_acceptance": True, "lossy": False}
 
@@ -141,8 +145,8 @@ def test_the_diagnosis_names_the_bug_class_of_most_failing_mutants():
 
 
 @pytest.mark.parametrize("name", ["reference", *EXACT_ALTERNATIVES])
-def test_the_diagnosis_names_nothing_for_a_passing_decoder(name):
-    cert = certificate(name)
+def test_the_diagnosis_names_nothing_for_a_passing_decoder(name, request):
+    cert = certificate(name, extras=name == "reference" or slow_tier_requested(request.config))
     assert cert.passed and diagnose(cert.frame) == ()
     assert "likely cause" not in summary(cert)
 
