@@ -60,7 +60,7 @@ MOE_LAYER_OVERHEAD_US = 1.5
 #: MI300X (9 ms in TensorRT-LLM's fused min-latency build), where the weights it reads take about
 #: 1 ms: the published rows cannot tell MLA's kernels from the FP8 block-quantisation and MoE
 #: kernels of the same layer, so the constant carries them all, on MLA targets only.
-MLA_LAYER_OVERHEAD_US = 271.0
+MLA_LAYER_OVERHEAD_US = 269.5
 
 #: Bytes a weight; 4-bit formats (MXFP4 as AMD's Quark writes it, NVFP4) at half a byte, their
 #: block scales (one byte per 16-32 weights) left out.
