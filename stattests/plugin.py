@@ -160,7 +160,8 @@ def sized_estimate(config, guarantee: float, selected=None) -> None:
     scope = ("the assertions selected" if selected is not None else
              "the whole plan (under -n the selection is not known here)")
     print(f"specgauge: sizing {scope}", file=sys.stderr)
-    for line in est.lines(workers if isinstance(workers, int) and workers > 0 else 1, asked):
+    reference = (decoder_spec(config) or "numpy").strip() == "numpy"  # else the verify calls' speed is unknown
+    for line in est.lines(workers if isinstance(workers, int) and workers > 0 else 1, asked, reference=reference):
         print(f"specgauge: {line}", file=sys.stderr)
 
 
