@@ -54,8 +54,11 @@ DETECTABLE = {
     "joint-topk": "GUARANTEE over the top-k tokens plus the rest as one cell at each position: worst-case TV of "
                   "the prompt's lumped law of the first L tokens (chain rule; untested contexts count as TV 1)",
     "conditional": "sample-weighted RMS over contexts (prompt + emitted prefix) of the TV between binned laws "
-                   "(top tokens + remainder)",
-    "homogeneity": "sample-weighted mean over contexts of the TV between the arms' binned laws",
+                   "(top tokens + remainder); not a worst case: mass moved inside a pooled bin, or spread over many "
+                   "contexts, escapes it (the identity rows state the worst case)",
+    "homogeneity": "sample-weighted mean over contexts of the TV between the arms' binned laws; not a worst case: "
+                   "no two-sample test with a proven worst-case figure at these rates is built, and mass moved "
+                   "inside a pooled bin escapes it",
     "pit": "not a TV: a KS distance of the randomized PIT along the probability order",
     "independence": "TV of the pooled joint of two draws (two choices of a request, or consecutive requests) from "
                     "the product of its margins, in the worst of the row's tests",
@@ -589,10 +592,11 @@ def _short_note(short: list, target_tv: float) -> list[str]:
     if not short:
         return []
     short = sorted(short, key=lambda s: -s[2])
-    named = ", ".join(f"prompt{p}/pos{k} ({n} draws of the {need()} it needs)" for p, k, n, need in short[:5])
+    named = ", ".join(f"prompt{p}/pos{k} ({n} draws state {tv:.2g}; about {math.ceil(n * (tv / target_tv) ** 2)} "
+                      f"would state {target_tv:g})" for p, k, n, tv in short[:5])
     return [f"{len(short)} contexts reached {MIN_CONTEXT_DRAWS}+ times are untested: too few draws to state TV "
-            f"{target_tv:g} there (the chain-rule rows count them as TV 1); the most drawn: {named}"
-            + (" ..." if len(short) > 5 else "")]
+            f"{target_tv:g} there (the chain-rule rows count them as TV 1; the draws needed scale as 1/TV²); the most "
+            f"drawn: {named}" + (" ..." if len(short) > 5 else "")]
 
 
 def _one_sample(mode: str, run: ProbeRun, kind: str, prompt: np.ndarray, seqs: np.ndarray, cells: np.ndarray,

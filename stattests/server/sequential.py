@@ -191,7 +191,7 @@ class ContextEProcess:
     record's tokens as the contexts name them, ending with the end's key where it stopped
     before L (None: a token not known). Per prompt, the product over its records and their
     positions of q̂(x)/p(x) at each watched context, q̂ = (N + m p)/(n + m) from the draws
-    before there (m the cells: no bet until draws accrue), is a nonnegative martingale of mean
+    before there (m twice the cells: no bet until draws accrue), is a nonnegative martingale of mean
     1 under an exact server; the mean over prompts too. A position at a context not watched
     is not bet on (which context it is, its earlier tokens decide). A token not known stops
     that prompt's bets for good: whether a token is known may depend on the token, so
@@ -227,7 +227,7 @@ class ContextEProcess:
                     break
                 law, counts = self.contexts[key].law, self.counts[key]
                 cell = self.cells[key].get(token, law.size - 1)
-                m = float(law.size)
+                m = 2.0 * law.size
                 q = (counts[cell] + m * law[cell]) / (counts.sum() + m)  # predictable: before this draw
                 step = math.log(q / law[cell]) if law[cell] > 0 else math.inf
                 self.log_e[p] += step

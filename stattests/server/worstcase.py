@@ -26,8 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specgauge.stattests.core.identity import (identity_test, min_discrepancy_of_identity_test,
-                                               min_num_samples_for_identity_test)
+from specgauge.stattests.core.identity import identity_test, min_discrepancy_of_identity_test
 from specgauge.stattests.core.statistics import TestResult
 
 #: A context reached fewer times than this gets no row of its own: its mass counts as untested.
@@ -128,8 +127,7 @@ def context_rows(plan: ContextPlan, cells: np.ndarray, law_of, false_fail_rate: 
     evenly over those rows and ``reserved`` other tests. A row's mass is the known law's
     probability of its prefix, unknown (nan) when the prefix went through the lumped rest.
     ``short``: where given, each context reached at least ``MIN_CONTEXT_DRAWS`` times but too
-    seldom for ``target_tv`` is appended as (prompt, position, draws, a callable giving the draws
-    it needs).
+    seldom for ``target_tv`` is appended as (prompt, position, draws, the figure those draws state).
     """
     n, length = cells.shape
     laws = {}
@@ -149,12 +147,11 @@ def context_rows(plan: ContextPlan, cells: np.ndarray, law_of, false_fail_rate: 
     family = []
     for c in candidates:
         lumps[c] = lump(laws[c], np.zeros_like(laws[c]), rest_cell)[::2]
-        if min_discrepancy_of_identity_test(int(draws[c]), lumps[c][0], false_fail_rate=widest) <= target_tv:
+        figure = min_discrepancy_of_identity_test(int(draws[c]), lumps[c][0], false_fail_rate=widest)
+        if figure <= target_tv:
             family.append(c)
         elif short is not None:  # reached often, yet too few draws for the figure asked: named untested
-            short.append((int(plan.prompt[c]), int(plan.position[c]), int(draws[c]),
-                          lambda law=lumps[c][0]: min_num_samples_for_identity_test(target_tv, law,
-                                                                                    false_fail_rate=widest)))
+            short.append((int(plan.prompt[c]), int(plan.position[c]), int(draws[c]), float(figure)))
     rate = false_fail_rate / (len(family) + reserved)
     rows, ranks = [], {}
     for c in family:
