@@ -13,7 +13,8 @@ It also measures what the identity rows' cost line assumes: the decoder input th
 and the NumPy reference get through per CPU-second on the 152k fixture.
 
 Run with ``pytest benchmarks/bench_sample_complexity.py -s``; the last test prints the
-table that docs/gate.md shows.
+table that docs/gate.md shows, with the certified lower bound on draws beside each row
+count (:mod:`specgauge.stattests.core.lower_bound`) and their ratio.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import pytest
 from specgauge.fixtures.pairs import FIXTURES, zipf
 from specgauge.stattests.chain.certify import CertConfig
 from specgauge.stattests.core.identity import min_num_samples_for_identity_test
+from specgauge.stattests.core.lower_bound import min_num_samples_lower_bound
 
 VOCABS = (6, 1_000, 32_000, 151_936)
 TVS = (0.05, 0.1, 0.2)
@@ -68,9 +70,11 @@ def table(tvs=TVS) -> list[dict]:
         for tv in tvs:
             n = min_num_samples_for_identity_test(tv, p, false_fail_rate=RATE, tolerance=0.02)
             norm = instance_norm(p, tv)  # 0 when the heaviest token and the ε-tail are all of p
+            low = min_num_samples_lower_bound(tv, p, false_fail_rate=RATE).draws
             out.append({"law": label, "support": vocab, "tv": tv, "rows": n,
                         "instance_ratio": n / (norm / tv ** 2) if norm > 0 else math.nan,
-                        "sqrt_ratio": n / (math.sqrt(p.size) / tv ** 2)})
+                        "sqrt_ratio": n / (math.sqrt(p.size) / tv ** 2), "lower_bound": low,
+                        "bound_ratio": n / low})
     return out
 
 
@@ -99,10 +103,13 @@ def test_reference_throughput():
 def test_rows_against_the_instance_and_sqrt_v():
     rows = table()
     print(f"\nrows to certify a worst-case TV at per-assertion false-fail {RATE:.2g}, false-pass 1e-3")
-    print(f"{'p':34s} {'support':>8s} {'TV':>5s} {'rows':>10s} {'/ (‖p‖_2/3/ε²)':>15s} {'/ (√V/ε²)':>10s}")
+    print(f"{'p':34s} {'support':>8s} {'TV':>5s} {'rows':>10s} {'/ (‖p‖_2/3/ε²)':>15s} {'/ (√V/ε²)':>10s} "
+          f"{'lower bound':>12s} {'/ bound':>8s}")
     for r in rows:
         print(f"{r['law']:34s} {r['support']:>8,d} {r['tv']:>5g} {r['rows']:>10,d} {r['instance_ratio']:>15.1f} "
-              f"{r['sqrt_ratio']:>10.3f}")
+              f"{r['sqrt_ratio']:>10.3f} {r['lower_bound']:>12,d} {r['bound_ratio']:>8.2f}")
+    # the certified lower bound is a floor under every row count (no test needs fewer)
+    assert all(r["rows"] >= r["lower_bound"] for r in rows)
     uniform = [r for r in rows if r["law"].startswith("uniform") and r["support"] >= 1_000]
     assert max(r["sqrt_ratio"] for r in uniform) <= MAX_RATIO
     # the √V order on uniform p: from 1k to 152k the ratio stays within a factor 2 while V grows 152×
