@@ -1,10 +1,11 @@
 """`probe --guarantee TV`: a pilot, a plan sized for the worst-case TV, an early failure that keeps its rate.
 
-Against the in-process fake on uvicorn (the real command in a subprocess, each with a time
-limit): the exact rule gets the draws the plan states and the comparison states the TV at
-every first position; a server with the wrong residual is failed by the sequential test
-after a small fraction of the plan; an interrupted sized probe resumes to the planned file.
-"""
+Against the in-process fake on uvicorn, the real command in this process or in a subprocess
+with a time limit: the exact rule gets the draws the plan states and the comparison states the
+TV at every planned context, at every position; a server biased at the third position only is
+failed by the sequential test before half its plan; an interrupted sized probe resumes to the
+planned file. The slow tier adds the first-position runs in a subprocess (the exact rule, and
+the wrong residual stopped early)."""
 
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ def _plan(stderr: str) -> int:
     return int(line.split(" needs ")[1].split()[0])
 
 
+@pytest.mark.slow  # the default tier: the in-process test of every position below
 def test_a_sized_probe_draws_its_plan_and_the_comparison_states_the_tv(tmp_path, prompts):
     from specgauge.stattests.server.compare import one_sample_logprobs
     from specgauge.stattests.server.probe import read_probe
@@ -58,6 +60,7 @@ def test_a_sized_probe_draws_its_plan_and_the_comparison_states_the_tv(tmp_path,
     assert cert.passed and len(first) == len(PROMPTS) and (first["min_detectable_tv"] <= float(TV)).all()
 
 
+@pytest.mark.slow  # the default tier: a bias at the third position, stopped early, below
 def test_a_biased_server_fails_early(tmp_path, prompts):
     """Its first token is off by TV >= 0.1: a probe sized for TV 0.1 stops before half its plan."""
     with serve_app(FakeOpenAI(rule="wrong_residual", seed=3)) as url:
