@@ -45,52 +45,18 @@ from scipy.optimize import nnls
 
 from specgauge import validate
 from specgauge.csvio import check_writable, write_bytes_atomic, write_csv_atomic
-from specgauge.errors import ConfigError, InputFileError, as_usage_error
+from specgauge.errors import ConfigError, as_usage_error
 from specgauge.simulator.cost import PassCost
 from specgauge.simulator.drafts import draft_kind
 from specgauge.simulator.fit import (Equation, StepModelFit, closed_loop_equation, fit_step_model, latency_equation,
                                      step_equation, tpot_prefills)
 from specgauge.simulator.profiles import GPU, Model, load_gpu, load_model, step_key
 from specgauge.sweeps.journal import sweep_lock
+from specgauge.reports.planning.bench_results import (ACCEPTED_LENGTH_KEYS, CalibrateError, accepted_length_key,
+                                                     check_json_object, check_serve_result, check_spec_options,
+                                                     positive_number, spec_gamma)
 
 STEP_COLUMNS = ("batched_tokens", "kv_tokens", "ms")
-
-
-class CalibrateError(InputFileError):
-    """A measurement file that cannot be read as the calibration input it claims to be (exit status 2)."""
-
-
-# --------------------------------------------------------------------------- input schemas (one per file kind)
-
-
-def check_spec_options(text: str, allowed: dict[str, type]) -> tuple[Path, dict[str, Any]]:
-    """``PATH[:KEY=VALUE,...]``: the path and its options, each parsed by its type; names a bad one."""
-    path, _, rest = text.partition(":") if not Path(text).exists() else (text, "", "")
-    options: dict[str, Any] = {}
-    for item in filter(None, (p.strip() for p in rest.split(","))):
-        key, sep, value = item.partition("=")
-        key, value = key.strip(), value.strip()
-        if not sep:
-            raise CalibrateError(f"{text!r}: options after ':' are KEY=VALUE, e.g. "
-                                 + ",".join(f"{k}=..." for k in allowed))
-        if key not in allowed:
-            raise CalibrateError(f"{text!r}: unknown option {key!r}; valid: {', '.join(allowed)}")
-        try:
-            options[key] = allowed[key](value)
-        except ValueError:
-            raise CalibrateError(f"{text!r}: {key}={value!r} is not a{'n integer' if allowed[key] is int else ' name'}"
-                                 ) from None
-        if allowed[key] is int and options[key] < 1:
-            raise CalibrateError(f"{text!r}: {key}={value!r} must be >= 1")
-    return Path(path), options
-
-
-def check_json_object(path: Path) -> dict[str, Any]:
-    """A benchmark result file: one JSON object."""
-    data = validate.read_json(path)  # a regular file of a sane size, valid JSON: else one line, exit 2
-    if not isinstance(data, dict):
-        raise CalibrateError(f"{str(path)!r} does not hold a JSON object")
-    return data
 
 
 def check_steps_frame(path: Path) -> pd.DataFrame:
@@ -122,22 +88,6 @@ def check_steps_frame(path: Path) -> pd.DataFrame:
     return frame
 
 
-def check_serve_result(data: dict[str, Any], where: str) -> tuple[float, float, float, float]:
-    """A ``vllm bench serve --save-result`` file: (concurrency, mean input, mean output, mean TPOT in s)."""
-    completed = _number(data, "completed", where)
-    concurrency = data.get("max_concurrency")
-    if concurrency is None:
-        raise CalibrateError(f"{where}: run `vllm bench serve` with --max-concurrency so the batch size is known")
-    try:
-        concurrency = float(concurrency)
-    except (TypeError, ValueError):
-        raise CalibrateError(f"{where}: max_concurrency must be a number, got {data['max_concurrency']!r}") from None
-    if not (math.isfinite(concurrency) and concurrency >= 1):  # requests in flight: at least one
-        raise CalibrateError(f"{where}: max_concurrency must be a number >= 1, got {data['max_concurrency']!r}")
-    return (concurrency, _number(data, "total_input_tokens", where) / completed,
-            _number(data, "total_output_tokens", where) / completed, _number(data, "mean_tpot_ms", where) * 1e-3)
-
-
 def check_accepted_length(data: dict[str, Any], path: Path) -> float:
     """A speculative run's accepted length: tokens a verification step emits, the bonus token
     included, so at least 1 (below it the round's cost beyond verification turns negative)."""
@@ -145,16 +95,6 @@ def check_accepted_length(data: dict[str, Any], path: Path) -> float:
     place = validate.where(path, validate.json_key_line(validate.read_input_text(path), key), key)
     return validate.check(data[key], validate.Real(low=1.0, noun="an accepted length (tokens a verification "
                                                                   "step emits, the bonus token included)"), place)
-
-
-def _number(data: dict[str, Any], key: str, where: str) -> float:
-    try:
-        value = float(data[key])
-    except (KeyError, TypeError, ValueError):
-        raise CalibrateError(f"{where}: needs a number {key!r}") from None
-    if not np.isfinite(value) or value <= 0:
-        raise CalibrateError(f"{where}: {key} must be > 0, got {data[key]!r}")
-    return value
 
 
 # --------------------------------------------------------------------------- equations
@@ -281,31 +221,8 @@ def latency_measurement(text: str) -> tuple[Equation, Replay]:
     except (TypeError, ValueError):
         raise CalibrateError(f"{str(path)!r}: batch_size, input_len and output_len must be integers") from None
     label = f"{path.name} (latency, batch {batch})"
-    return (latency_equation(batch, input_len, output_len, _number(data, "avg_latency", str(path)), label),
+    return (latency_equation(batch, input_len, output_len, positive_number(data, "avg_latency", str(path)), label),
             latency_replay(label, batch, input_len, output_len))
-
-
-#: The accepted length a speculative serve result records: vLLM's key, then ``sglang.bench_serving``'s
-#: (the server's average accept length, tokens a verification step including the bonus).
-ACCEPTED_LENGTH_KEYS = ("spec_decode_acceptance_length", "accept_length")
-
-
-def accepted_length_key(data: dict[str, Any]) -> str | None:
-    """Which key holds a speculative run's accepted length, or None for a run without speculation."""
-    return next((key for key in ACCEPTED_LENGTH_KEYS if data.get(key) is not None), None)
-
-
-def _spec_gamma(data: dict[str, Any], where: str, given: int | None = None) -> int:
-    if given is not None:
-        return given
-    if data.get("spec_decode_num_drafts") and data.get("spec_decode_draft_tokens"):
-        return int(round(float(data["spec_decode_draft_tokens"]) / float(data["spec_decode_num_drafts"])))
-    positions = data.get("spec_decode_per_position_acceptance_rates")
-    if positions:
-        return len(positions)
-    raise CalibrateError(f"{where}: a speculative run needs spec_decode_draft_tokens / spec_decode_num_drafts "
-                         "or spec_decode_per_position_acceptance_rates to know γ, or the suffix gamma=N (an "
-                         "sglang.bench_serving result does not record it)")
 
 
 def calibration_prior(gpu: GPU, model: Model, tp: int) -> PassCost:
@@ -338,8 +255,8 @@ def spec_run(fit: StepModelFit, data: dict[str, Any], where: str, draft: str, *,
              profiles: str | None, gamma: int | None = None) -> SpecRun:
     """What a speculative round cost beyond its verify pass."""
     concurrency, input_len, output_len, tpot = check_serve_result(data, where)
-    accepted_length = _number(data, accepted_length_key(data) or ACCEPTED_LENGTH_KEYS[0], where)
-    gamma = _spec_gamma(data, where, gamma)
+    accepted_length = positive_number(data, accepted_length_key(data) or ACCEPTED_LENGTH_KEYS[0], where)
+    gamma = spec_gamma(data, where, gamma)
     # A round carries the prompt prefills of the requests that replace finished ones meanwhile, inside its
     # verify pass (``fit.closed_loop_equation``, mixed): m of them, the other sequences verifying γ + 1 tokens.
     m = min(tpot_prefills(concurrency, output_len) * accepted_length, concurrency - 1.0)
@@ -489,7 +406,7 @@ def fit_and_write(args: argparse.Namespace, argv: list[str] | None, out: Path) -
         label = f"{path.name} (serve TPOT)"
         equations.append(closed_loop_equation(concurrency, input_len, output_len, tpot, label,
                                               prefills=tpot_prefills(concurrency, output_len), mixed=True))
-        replays.append(serve_replay(label, concurrency, input_len, output_len, _number(data, "completed", label)))
+        replays.append(serve_replay(label, concurrency, input_len, output_len, positive_number(data, "completed", label)))
     if not equations:
         raise CalibrateError("nothing to fit: give --steps, --latency or --serve files without speculation")
     fit = fit_step_model(equations, calibration_prior(gpu, model, args.tp))
@@ -525,13 +442,13 @@ def fit_and_write(args: argparse.Namespace, argv: list[str] | None, out: Path) -
     measured_ms = dict(zip(fit.labels, fit.measured * 1e3))
     for data, where, draft, gamma in speculative:
         concurrency, input_len, output_len, tpot = check_serve_result(data, where)
-        g = _spec_gamma(data, where, gamma)
+        g = spec_gamma(data, where, gamma)
         label = f"{Path(where).name} (serve TPOT, {draft} γ={g})"
         measured_ms[label] = tpot * 1e3
         points = pd.concat([points, pd.DataFrame([{"measurement": label, "measured_ms": tpot * 1e3}])],
                            ignore_index=True)
-        replays.append(serve_replay(label, concurrency, input_len, output_len, _number(data, "completed", where),
-                                    draft=draft, gamma=g, accepted_length=_number(
+        replays.append(serve_replay(label, concurrency, input_len, output_len, positive_number(data, "completed", where),
+                                    draft=draft, gamma=g, accepted_length=positive_number(
                                         data, accepted_length_key(data) or ACCEPTED_LENGTH_KEYS[0], where)))
     trip = round_trip(replays, measured_ms, gpu.name, model.name, args.tp,
                       ",".join(filter(None, [args.profiles, str(out)])))

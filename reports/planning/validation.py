@@ -637,8 +637,8 @@ def rows_from_result(text: str) -> pd.DataFrame:
     --save-result`` or ``sglang.bench_serving`` result as one predicted row of its mean TPOT at
     its max concurrency and mean lengths; a speculative run's α from its accepted length.
     ``FILE.csv``: rows in the shipped table's schema."""
-    from specgauge.reports.cli.calibrate import (_spec_gamma, accepted_length_key, check_json_object,
-                                                 check_serve_result, check_spec_options)
+    from specgauge.reports.planning.bench_results import (accepted_length_key, check_json_object, check_serve_result,
+                                                         check_spec_options, spec_gamma)
 
     if text.lower().endswith(".csv"):
         return check_deployments(read_table(text), repr(text))
@@ -665,7 +665,7 @@ def rows_from_result(text: str) -> pd.DataFrame:
     if length_key is not None:
         if not draft:
             raise ValidationInputError(f"{text!r}: a speculative run: say what drafted, e.g. {path}:draft=eagle,...")
-        gamma = _spec_gamma(data, where, options.get("gamma"))
+        gamma = spec_gamma(data, where, options.get("gamma"))
         row.update(draft=draft, gamma=str(gamma), alpha="length", accepted_length=f"{float(data[length_key])!r}",
                    alpha_source=f"from the run's accepted length {float(data[length_key]):.3g}")
     else:
