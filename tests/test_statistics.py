@@ -207,3 +207,23 @@ def test_an_untested_tail_says_why_not_that_the_position_is_never_reached():
     assert result.n == 0 and result.passed and "100 draws" in result.details["reason"]
     with _pytest.raises(_pytest.skip.Exception, match="untested at 100 draws: no band of rare tokens"):
         assert_certified(CHECKS["tail-collisions"], "wide", result)
+
+
+def test_an_exactly_proportional_table_is_not_a_failure() -> None:
+    """A 2×2 table of independent pairs is exactly proportional about 1 % of the time at 48
+    pairs; the chi-square law's lower tail read p = 0 there, a fail at any rate."""
+    x = np.repeat([0, 0, 1, 1], 12)          # margins 24/24, every cell 12: statistic 0
+    y = np.tile([0, 1], 24)
+    result = independence_test(x, y)
+    assert result.statistic == pytest.approx(0.0) and result.pvalue > 0.1
+
+
+def test_independence_on_small_tables_holds_its_rate() -> None:
+    """Independent pairs at 48 and 200 draws: the two-sided p-value is at most nominal
+    (the exact conditional lower tail counts the observed table)."""
+    rng = np.random.default_rng(20261203)
+    for n in (48, 200):
+        pvalues = np.array([independence_test(rng.integers(0, 2, n), rng.integers(0, 2, n)).pvalue
+                            for _ in range(1000)])
+        assert (pvalues == 0).sum() == 0
+        assert (pvalues <= 0.05).mean() <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / 1000)
