@@ -99,7 +99,7 @@ def test_a_file_where_the_shards_go_is_refused(tmp_path):
 
 def test_a_run_above_the_cpu_budget_is_refused(tmp_path):
     err = refused(tmp_path, *FIXTURE, "--guarantee", "0.01", "--max-cpu-hours", "1e-6")
-    assert "CPU-hours, above the budget" in err and "--max-cpu-hours" in err
+    assert "CPU-hours in all" in err and "above the budget" in err and "--max-cpu-hours" in err
 
 
 def test_a_second_unsharded_run_on_one_csv_is_refused(tmp_path, capsys):
