@@ -35,6 +35,8 @@ from specgauge.errors import InputFileError
 from specgauge.stattests.core.certificate import Certificate, certificate_row
 from specgauge.stattests.core.statistics import (DEFAULT_FALSE_FAIL, DEFAULT_FALSE_PASS, TestResult,
                                                  combine_bonferroni, independence_test, ks_uniformity)
+from specgauge.stattests.server.closeness import FIGURE as CLOSENESS_FIGURE
+from specgauge.stattests.server.closeness import MAX_REPLICATES, closeness, replicates_for
 from specgauge.stattests.server.probe import ProbeRun
 from specgauge.stattests.server.stats import conditional_goodness_of_fit, homogeneity, min_num_samples_for_homogeneity
 from specgauge.stattests.server.worstcase import (MIN_CONTEXT_DRAWS, ContextPlan, context_rows, coverage, joint_bound,
@@ -57,8 +59,9 @@ DETECTABLE = {
                    "(top tokens + remainder); not a worst case: mass moved inside a pooled bin, or spread over many "
                    "contexts, escapes it (the identity rows state the worst case)",
     "homogeneity": "sample-weighted mean over contexts of the TV between the arms' binned laws; not a worst case: "
-                   "no two-sample test with a proven worst-case figure at these rates is built, and mass moved "
-                   "inside a pooled bin escapes it",
+                   "mass moved inside a pooled bin, or spread over many contexts, escapes it (the closeness rows "
+                   "state a per-context figure, calibrated by simulation)",
+    "closeness": CLOSENESS_FIGURE,
     "pit": "not a TV: a KS distance of the randomized PIT along the probability order",
     "independence": "TV of the pooled joint of two draws (two choices of a request, or consecutive requests) from "
                     "the product of its margins, in the worst of the row's tests",
@@ -131,7 +134,18 @@ class ServerCertificate:
         figure = float(head["min_detectable_tv"])
         return (f"{line}; {head['check']}{where} could detect {_SHORT[_kind(head['detectable'])]} >= {figure:.3g} "
                 f"with power {1 - DEFAULT_FALSE_PASS:g} (n {int(head['n'])}, tokens as {self.unit})\n"
-                + self._plain(figure, "a binned difference (not a worst case) "))
+                + self._per_context(f, kinds) + self._plain(figure, "a binned difference (not a worst case) "))
+
+    @staticmethod
+    def _per_context(f, kinds) -> str:
+        """The closeness rows' worst-case figure per context, where any row states one."""
+        rows = f[(kinds == "closeness") & (f["verdict"] == "pass")]
+        if rows.empty:
+            return ""
+        head = rows.iloc[int(np.argmax(rows["min_detectable_tv"].to_numpy(float)))]
+        return (f"  closeness per context ({', '.join(rows['position'])}): each tested context's next-token law at "
+                f"worst-case TV <= {float(head['min_detectable_tv']):.3g} (calibrated by simulation, not proven; "
+                f"worst {head['position']}; the rows name the contexts left untested)\n")
 
     def _against(self, failed) -> str:
         """Which law the failing rows' draws are off: the mode's, or a cross-check's."""
@@ -476,7 +490,7 @@ def independence_count(run: ProbeRun) -> int:
 
 
 def two_sample(baseline: ProbeRun, candidate: ProbeRun, *, false_fail_rate: float = DEFAULT_FALSE_FAIL,
-               target_tv: float = 0.1, tokenize: Tokenize | None = None) -> ServerCertificate:
+               target_tv: float = 0.1, tokenize: Tokenize | None = None, seed: int = 0) -> ServerCertificate:
     """Is the candidate (speculation on) drawing from the baseline's (speculation off) law?
 
     ``tokenize``: the served model's tokenizer, used where the server returns text only, so
@@ -488,7 +502,8 @@ def two_sample(baseline: ProbeRun, candidate: ProbeRun, *, false_fail_rate: floa
     length = _length(candidate)
     kind = unit_kind(baseline, candidate, tokenize=tokenize)
     prompt, arm, seqs = encode([baseline, candidate], length, kind, tokenize)
-    rate = false_fail_rate / (length + 1 + independence_count(baseline) + independence_count(candidate))
+    rate = false_fail_rate / (2 * length + 1 + independence_count(baseline) + independence_count(candidate))
+    rng = np.random.default_rng(seed)
     joint = homogeneity(prompt, _rows(seqs), arm, false_fail_rate=rate, test=f"joint_first_{length}_tokens")
     n_prompts = len(baseline.header["prompts"])
     pilot = _pilot_law(prompt, _rows(seqs))
@@ -500,11 +515,60 @@ def two_sample(baseline: ProbeRun, candidate: ProbeRun, *, false_fail_rate: floa
         result = homogeneity(context[reached], seqs[reached, k], arm[reached], false_fail_rate=rate,
                              test="homogeneity")
         rows.append(ServerRow(result, "position-given-prefix", f"pos{k}", "homogeneity"))
+        rows.append(ServerRow(_closeness_row(context[reached], seqs[reached, k], arm[reached], rate, rng),
+                              "closeness-per-context", f"pos{k}", "closeness"))
     for a, run in enumerate((baseline, candidate)):
         rows += _independence_rows(run, rate, ("baseline", "candidate")[a])
     notes = _same_notes(baseline, candidate) + truncation_note(baseline, kind, "baseline: ", tokenize) \
         + truncation_note(candidate, kind, "candidate: ", tokenize)
     return _certificate("two-sample", str(law_params(candidate)["model"]), rows, target_tv, kind, notes)
+
+
+def _closeness_row(context: np.ndarray, token: np.ndarray, arm: np.ndarray, rate: float,
+                   rng: np.random.Generator) -> TestResult:
+    """Every context with :data:`MIN_CONTEXT_DRAWS` draws in each arm tested on its own (CDVV statistic,
+    permutation level), at ``rate`` shared among them; the figure is the worst context's, calibrated by
+    simulation. Contexts with fewer draws, or a rate the permutation cannot reach, are named in words."""
+    cells, of = np.unique(np.stack([context, token]), axis=1, return_inverse=True)
+    of = of.ravel()
+    counts = np.zeros((2, cells.shape[1]), np.int64)
+    np.add.at(counts, (arm, of), 1)
+    groups, group_of = np.unique(cells[0], return_inverse=True)
+    group_of = group_of.ravel()
+    per_arm = np.zeros((2, groups.size), np.int64)
+    np.add.at(per_arm, (slice(None), group_of), counts)
+    heavy = np.flatnonzero(per_arm.min(axis=0) >= MIN_CONTEXT_DRAWS)
+    few = int(((per_arm.min(axis=0) > 0) & (per_arm.min(axis=0) < MIN_CONTEXT_DRAWS)).sum())
+    skipped = f"; {few} contexts reached by both arms with fewer than {MIN_CONTEXT_DRAWS} draws in one untested" \
+        if few else ""
+    if heavy.size == 0:
+        return TestResult("closeness", 0.0, 1.0, 0, rate, math.inf, 0, {"message": (
+            f"no per-context figure: no context has {MIN_CONTEXT_DRAWS} draws in each arm{skipped}")})
+    each = rate / heavy.size
+    if replicates_for(each) > MAX_REPLICATES:
+        return TestResult("closeness", 0.0, 1.0, 0, rate, math.inf, 0, {"message": (
+            f"no per-context figure: {heavy.size} contexts at false-fail {each:.2g} each need "
+            f"{replicates_for(each):.3g} permutation replicates apiece, more than {MAX_REPLICATES:,} (raise "
+            f"--false-fail or compare fewer positions){skipped}")})
+    results = [closeness(counts[0, group_of == g], counts[1, group_of == g], each, rng) for g in heavy]
+    figures = np.asarray([r.figure for r in results])
+    stated = np.isfinite(figures)
+    pvalue = min(1.0, heavy.size * min(r.pvalue for r in results))
+    n = int(per_arm[:, heavy].sum())
+    small = (f"; {int((~stated).sum())} tested contexts too small for any figure (no TV detected at power "
+             f"{1 - DEFAULT_FALSE_PASS:g} at their draws)" if (~stated).any() else "")
+    if stated.any():
+        worst = int(np.flatnonzero(stated)[np.argmax(figures[stated])])
+        figure = float(figures[worst])
+        said = (f"worst-case TV per context <= {figure:.3g} over {int(stated.sum())} contexts (calibrated by "
+                f"simulation, not proven; worst at a context of {int(per_arm[0, heavy[worst]])} + "
+                f"{int(per_arm[1, heavy[worst]])} draws)")
+    else:
+        figure, said = math.inf, "no per-context figure"
+    message = (f"{heavy.size} contexts with {MIN_CONTEXT_DRAWS}+ draws an arm, each at false-fail {each:.2g} "
+               f"({results[0].replicates:,} permutation replicates): {said}{small}{skipped}")
+    return TestResult("closeness", float(max(r.statistic for r in results)), pvalue, n, rate, figure, 0,
+                      {"contexts": float(stated.sum()), "message": message})
 
 
 def _independence_rows(run: ProbeRun, rate: float, where: str = "") -> list[ServerRow]:
