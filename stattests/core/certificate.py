@@ -44,9 +44,9 @@ DETECTABLE = {
 FALSE_FAIL_BASIS = {
     "identity": "proven", "pit_ks": "proven", "ks_uniformity": "proven", "accepted_length_ks": "proven",
     "sibling_rounds_ks": "proven", "pvalue_uniformity": "proven", "contract": "exact", "greedy": "exact",
-    "optimal_bound": "exact", "acceptance_rate": "exact", "goodness_of_fit": "estimated",
+    "optimal_bound": "exact", "acceptance_rate": "exact", "goodness_of_fit": "proven",
     "independence": "estimated", "dispersion": "estimated", "tail_collisions": "estimated",
-    "tokens_per_pass": "estimated", "tokens_per_pass_mean": "estimated", "law": "estimated",
+    "tokens_per_pass": "proven", "tokens_per_pass_mean": "proven", "law": "proven",
     "homogeneity": "estimated", "joint_bound": "estimated",
 }
 #: Family-wise false-fail rate of a whole default certification: the chance that an exact

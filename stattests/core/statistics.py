@@ -99,11 +99,38 @@ def total_variation(p: np.ndarray, q: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------- chi-square power
 
 
+def multinomial_kl_tail(x: float, categories: int) -> float:
+    """A proven bound on P(n KL(p̂ ‖ p) ≥ x) for the empirical law p̂ of n iid draws from any
+    p on ``categories`` outcomes: e^{−x} (e x / s)^s with s = categories − 1, for x > s (1
+    below). Agrawal (2020) shows E exp(λ n KL) ≤ (1 − λ)^{−s} for λ ∈ [0, 1), the moment
+    generating function of a gamma law of shape s; Chernoff at λ = 1 − s/x gives the bound."""
+    s = categories - 1
+    if s <= 0:
+        return 0.0 if x > 0 else 1.0
+    if x <= s:
+        return 1.0
+    return float(math.exp(min(0.0, -x + s + s * math.log(x / s))))
+
+
 @lru_cache(maxsize=4096)
-def _noncentrality_for_power(df: int, false_fail_rate: float, false_pass_rate: float) -> float:
+def _kl_critical(df: int, false_fail_rate: float) -> float:
+    """The G = 2 n KL at which :func:`multinomial_kl_tail` (df + 1 categories) falls to the rate."""
+    target = math.log(false_fail_rate)
+    hi = 2.0 * df + 2.0
+    while -hi + df + df * math.log(hi / df) > target:
+        hi *= 2.0
+    x = optimize.brentq(lambda v: -v + df + df * math.log(v / df) - target, float(df), hi, xtol=1e-10, rtol=1e-12)
+    return 2.0 * float(x)
+
+
+@lru_cache(maxsize=4096)
+def _noncentrality_for_power(df: int, false_fail_rate: float, false_pass_rate: float, proven: bool = False) -> float:
     """The non-centrality λ at which a chi-square test on ``df`` degrees of freedom,
-    rejecting at ``false_fail_rate``, rejects with probability ``1 - false_pass_rate``."""
+    rejecting at ``false_fail_rate``, rejects with probability ``1 - false_pass_rate``;
+    ``proven``: the rejection also needs G past the proven bound's critical value."""
     critical = stats.chi2.isf(false_fail_rate, df)
+    if proven:
+        critical = max(critical, _kl_critical(df, false_fail_rate))
 
     def shortfall(lam: float) -> float:
         return stats.ncx2.sf(critical, df, lam) - (1.0 - false_pass_rate)
@@ -114,14 +141,19 @@ def _noncentrality_for_power(df: int, false_fail_rate: float, false_pass_rate: f
     return float(optimize.brentq(shortfall, 0.0, hi, xtol=1e-6))
 
 
-def _chi2_min_tv(n: int, df: int, false_fail_rate: float, false_pass_rate: float) -> float:
+def _chi2_min_tv(n: int, df: int, false_fail_rate: float, false_pass_rate: float, proven: bool = False) -> float:
     """Smallest TV a chi-square test detects: λ = n Σ δ²/p ≥ 4 n TV² (Cauchy–Schwarz)."""
     if n <= 0:
         return math.inf
     if df <= 0:
         # Nothing left to compare but impossible categories: one hit is enough.
         return _occurrence_min_tv(n, false_pass_rate)
-    return math.sqrt(_noncentrality_for_power(df, false_fail_rate, false_pass_rate) / (4.0 * n))
+    return math.sqrt(_noncentrality_for_power(df, false_fail_rate, false_pass_rate, proven) / (4.0 * n))
+
+
+def _proven_gof(false_fail_rate: float) -> bool:
+    """Goodness of fit reads its p-value from the proven bound wherever a verdict can."""
+    return false_fail_rate <= KS_PROVEN_BELOW
 
 
 def _occurrence_min_tv(n: int, false_pass_rate: float) -> float:
@@ -154,7 +186,11 @@ def goodness_of_fit(
 ) -> TestResult:
     """Pearson chi-square of observed ``counts`` against ``probs``, rare categories pooled.
 
-    Any count on a category of probability zero is an immediate failure (p-value 0).
+    Wherever a verdict can read the p-value (≤ :data:`KS_PROVEN_BELOW`) it is never below
+    the proven bound on the likelihood-ratio statistic G = 2 n KL over the pooled bins
+    (:func:`multinomial_kl_tail`), so at those rates the false-fail rate is proven for iid
+    draws; above, the chi-square law's. Any count on a category of probability zero is an
+    immediate failure (p-value 0).
     ``min_detectable_tv`` is the TV between distributions over the pooled bins that the
     test detects with power ``1 - false_pass_rate``; a discrepancy that only moves mass
     inside the pooled bin is invisible to it (the PIT test covers that case).
@@ -169,7 +205,9 @@ def goodness_of_fit(
     return _goodness_of_fit(counts.astype(np.float64), probs, false_fail_rate, false_pass_rate, min_expected)
 
 
-def _goodness_of_fit(counts, probs, false_fail_rate, false_pass_rate, min_expected) -> TestResult:
+def _goodness_of_fit(counts, probs, false_fail_rate, false_pass_rate, min_expected, iid: bool = True) -> TestResult:
+    """``iid``: the counts are a multinomial sample (the proven bound applies); False for
+    independent draws from laws that differ (their rate stays the chi-square's, estimated)."""
     n = int(round(counts.sum()))
     impossible = probs <= 0.0
     hits = float(counts[impossible].sum())
@@ -183,27 +221,35 @@ def _goodness_of_fit(counts, probs, false_fail_rate, false_pass_rate, min_expect
     obs = np.bincount(bins, weights=counts[possible], minlength=n_bins)
     exp = np.bincount(bins, weights=expected, minlength=n_bins)
     df = n_bins - 1
+    proven = iid and _proven_gof(false_fail_rate)
     statistic, pvalue = 0.0, 1.0
     if df > 0:
         result = stats.chisquare(obs, exp)
         statistic, pvalue = float(result.statistic), float(result.pvalue)
+        if proven and pvalue <= KS_PROVEN_BELOW:  # G = 2 Σ o log(o/e): its proven tail, never below the law's
+            seen = obs > 0
+            g = 2.0 * float((obs[seen] * np.log(obs[seen] / exp[seen])).sum())
+            pvalue = max(pvalue, multinomial_kl_tail(g / 2.0, n_bins))
     if hits > 0:
         statistic, pvalue = math.inf, 0.0
     details = {"measured_tv": measured_tv, "bins": float(n_bins), "impossible_hits": hits,
-               "pooled_mass": float(probs[possible][bins == n_bins - 1].sum()) if n_bins < possible.sum() else 0.0}
+               "pooled_mass": float(probs[possible][bins == n_bins - 1].sum()) if n_bins < possible.sum() else 0.0,
+               "false_fail_basis": "proven" if proven else "estimated"}
     return TestResult("goodness_of_fit", statistic, pvalue, n, false_fail_rate,
-                      _chi2_min_tv(n, df, false_fail_rate, false_pass_rate), df, details)
+                      _chi2_min_tv(n, df, false_fail_rate, false_pass_rate, proven), df, details)
 
 
 def min_discrepancy_of_goodness_of_fit(
     n: int, probs: np.ndarray, *, false_fail_rate: float = DEFAULT_FALSE_FAIL,
-    false_pass_rate: float = DEFAULT_FALSE_PASS, min_expected: float = MIN_EXPECTED,
+    false_pass_rate: float = DEFAULT_FALSE_PASS, min_expected: float = MIN_EXPECTED, proven: bool | None = None,
 ) -> float:
-    """Smallest TV :func:`goodness_of_fit` detects from ``n`` draws of ``probs``."""
+    """Smallest TV :func:`goodness_of_fit` detects from ``n`` draws of ``probs`` (``proven``:
+    False for a plain chi-square test; by default, as :func:`goodness_of_fit` at this rate)."""
     probs = validate_probs(probs)
     expected = n * probs[probs > 0]
     df = int(_pool(expected, min_expected).max()) if expected.size else 0
-    return _chi2_min_tv(n, df, false_fail_rate, false_pass_rate)
+    return _chi2_min_tv(n, df, false_fail_rate, false_pass_rate,
+                        _proven_gof(false_fail_rate) if proven is None else proven)
 
 
 def min_num_samples_for_goodness_of_fit(
@@ -220,7 +266,8 @@ def min_num_samples_for_goodness_of_fit(
     for _ in range(8):  # pooling depends on n: iterate to a fixed point
         if df == 0:
             return max(n, math.ceil(math.log(false_pass_rate) / math.log1p(-min(tv, 1 - 1e-12))))
-        n_new = math.ceil(_noncentrality_for_power(df, false_fail_rate, false_pass_rate) / (4 * tv * tv))
+        n_new = math.ceil(_noncentrality_for_power(df, false_fail_rate, false_pass_rate,
+                                                   _proven_gof(false_fail_rate)) / (4 * tv * tv))
         df_new = int(_pool(n_new * positive, min_expected).max())
         if n_new == n and df_new == df:
             break
@@ -523,7 +570,8 @@ def tokens_per_pass_test(
         raise InvalidDistributionError(f"tokens per pass must lie in 1..{gamma + 1}")
     counts = np.bincount(lengths - 1, minlength=gamma + 1)
     pmf = tokens_per_pass_pmf(alphas)
-    result = _goodness_of_fit(counts.astype(float), pmf / pmf.sum(), false_fail_rate, false_pass_rate, MIN_EXPECTED)
+    iid = alphas.shape[0] == 1 or bool((np.ptp(alphas, axis=0) < 1e-12).all())
+    result = _goodness_of_fit(counts.astype(float), pmf / pmf.sum(), false_fail_rate, false_pass_rate, MIN_EXPECTED, iid)
     return TestResult("tokens_per_pass", result.statistic, result.pvalue, result.n, false_fail_rate,
                       result.min_detectable_tv, result.df, result.details)
 
@@ -534,6 +582,10 @@ def tokens_per_pass_mean_test(
 ) -> TestResult:
     """z-test of mean tokens per pass against E[N] = 1 + Σ_k Π_{i≤k} α_i.
 
+    Wherever a verdict can read the p-value (≤ :data:`KS_PROVEN_BELOW`) it is never below
+    Bernstein's bound 2 exp(−t² / (2 (v + γ t/3))) on the sum of the n independent passes
+    (each within γ of its mean; v = n σ² of the pooled law bounds the sum's variance, rows
+    with their own laws included), so at those rates the false-fail rate is proven.
     ``min_detectable_tv`` here is the detectable shift of the mean, in tokens.
     """
     lengths = np.asarray(lengths, dtype=np.float64)
@@ -551,9 +603,21 @@ def tokens_per_pass_mean_test(
         return TestResult("tokens_per_pass_mean", observed - mean, 1.0 if ok else 0.0, n,
                           false_fail_rate, _occurrence_min_tv(n, false_pass_rate), None, details)
     z = (observed - mean) / math.sqrt(variance / n)
-    power_z = stats.norm.isf(false_fail_rate / 2) + stats.norm.isf(false_pass_rate)
-    return TestResult("tokens_per_pass_mean", z, float(2 * stats.norm.sf(abs(z))), n, false_fail_rate,
-                      power_z * math.sqrt(variance / n), None, details)
+    pvalue = float(2 * stats.norm.sf(abs(z)))
+    reach = float(pmf.size - 1)  # γ: a pass's count lies within γ of its mean
+    total_variance = n * variance  # ≥ Σ of the passes' own variances (law of total variance)
+    if false_fail_rate <= KS_PROVEN_BELOW:
+        if pvalue <= KS_PROVEN_BELOW:
+            t = abs(observed - mean) * n
+            pvalue = max(pvalue, min(1.0, 2 * math.exp(-t * t / (2 * (total_variance + reach * t / 3)))))
+        details["false_fail_basis"] = "proven"
+        log_rate = math.log(2 / false_fail_rate)  # the sum's shift past Bernstein's critical value
+        critical = reach * log_rate / 3 + math.sqrt((reach * log_rate / 3) ** 2 + 2 * total_variance * log_rate)
+        detectable = (critical + stats.norm.isf(false_pass_rate) * math.sqrt(total_variance)) / n
+    else:
+        details["false_fail_basis"] = "estimated"
+        detectable = (stats.norm.isf(false_fail_rate / 2) + stats.norm.isf(false_pass_rate)) * math.sqrt(variance / n)
+    return TestResult("tokens_per_pass_mean", z, pvalue, n, false_fail_rate, detectable, None, details)
 
 
 # ---------------------------------------------------------------- independence

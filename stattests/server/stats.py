@@ -37,7 +37,7 @@ def _unit_tv(df: int, false_fail_rate: float, false_pass_rate: float) -> float:
     """
     uniform = np.full(df + 1, 1.0 / (df + 1))
     return min_discrepancy_of_goodness_of_fit(1, uniform, false_fail_rate=false_fail_rate,
-                                              false_pass_rate=false_pass_rate, min_expected=0.0)
+                                              false_pass_rate=false_pass_rate, min_expected=0.0, proven=False)
 
 
 def min_discrepancy_of_homogeneity(
