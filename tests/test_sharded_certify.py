@@ -178,3 +178,38 @@ def test_a_sized_run_without_shards_cuts_about_a_cpu_minute_each():
     assert counts[small.name] == 1
     assert counts[wide.name] == -(-_seconds(wide, 400_000, 64 * 2**20) // SHARD_SECONDS) > 1
     assert sum(s.shard_rows for s in plan if s.fixture == wide.name) == 400_000
+
+
+@pytest.mark.parametrize("name", ["seed-six-token", "batch3-g7", "zipf-152k-tv0.2", "heterogeneous", "greedy"])
+def test_a_shard_sends_packed_rows_that_unpack_bit_for_bit(name):
+    """What the merge unpacks is what the shard's rows were: tokens, lengths, PIT values
+    (redrawn from the pit stream on context-free fixtures) and acceptances."""
+    from specgauge.fixtures.pairs import FIXTURES as PAIRS
+    from specgauge.stattests.chain.harness import call_step, verify_rows
+    from specgauge.stattests.chain.shards import Shard, pack_rows, shard_seed, unpack_rows
+    from specgauge.stattests.core.reference import NumpyDecoder
+
+    fx = PAIRS[name]
+    rows = max(3, min(1_000, 400_000 // (fx.vocab_size * (fx.gamma + 1))))
+    step = call_step(fx, rows, 64 * 2**20)
+    shard = Shard("numpy", name, 7, None, rows, step, 2, 1)
+
+    def streams():
+        return tuple(np.random.default_rng(s) for s in shard_seed(7, fx, 1).spawn(4))
+
+    whole = verify_rows(NumpyDecoder(), fx, shard.shard_rows, step, streams(), None).arrays
+    sent = verify_rows(NumpyDecoder(), fx, shard.shard_rows, step, streams(), None, pit=False).arrays
+    got = unpack_rows(fx, pack_rows(fx, sent), step, streams()[3])
+    for key in ("lengths", "tokens", "pit_id", "pit_ratio") + (() if fx.context_free else ("alpha",)):
+        assert got[key].dtype == whole[key].dtype and np.array_equal(got[key], whole[key], equal_nan=True), key
+
+
+def test_a_200k_row_shard_sends_under_a_megabyte():
+    """A worker sends its rows packed (400 kB here), not the checks' per-row arrays (30 MB)."""
+    import pickle
+
+    from specgauge.stattests.chain.shards import Shard, run_shard
+
+    result = run_shard(Shard("numpy", "seed-six-token", 0, None, 200_000, 12_500, 1, 0))
+    assert result["rows"] == 200_000 and not result["error"]
+    assert len(pickle.dumps(result)) < 1_000_000

@@ -140,9 +140,11 @@ class RowsPart:
 
 
 def verify_rows(decoder: Decoder, fixture: PairFixture, rows: int, step: int, rngs: tuple,
-                timeout: float | None, first_call: int = 1) -> RowsPart:
+                timeout: float | None, first_call: int = 1, pit: bool = True) -> RowsPart:
     """Verify ``rows`` rounds in calls of ``step`` rows, drawing inputs, decoder seeds and PIT
-    jitter from ``rngs`` (batch, draft, decoder, pit); calls are numbered from ``first_call``."""
+    jitter from ``rngs`` (batch, draft, decoder, pit); calls are numbered from ``first_call``.
+    ``pit=False`` leaves a context-free fixture's PIT values out (:func:`context_free_pit`
+    makes them from the tokens and the pit stream alone)."""
     g, vocab = fixture.gamma, fixture.vocab_size
     batch_rng, draft_rng, decoder_rng, pit_rng = rngs
     tables = _ContextFreeTables(fixture) if fixture.context_free else None
@@ -187,8 +189,9 @@ def verify_rows(decoder: Decoder, fixture: PairFixture, rows: int, step: int, rn
             mismatches += int(wrong.sum())
             parts["alpha"].append(1.0 - total_variation(target[:, :g], draft))
         elif tables is not None:
-            parts["pit_id"].append(tables.pit(emitted, tables.lower_id, pit_rng))
-            parts["pit_ratio"].append(tables.pit(emitted[:, :g], tables.lower_ratio, pit_rng))
+            if pit:
+                parts["pit_id"].append(tables.pit(emitted, tables.lower_id, pit_rng))
+                parts["pit_ratio"].append(tables.pit(emitted[:, :g], tables.lower_ratio, pit_rng))
         else:
             parts["alpha"].append(1.0 - total_variation(target[:, :g], draft))
             parts["pit_id"].append(_pit_by_position(emitted, target, None, pit_rng))
@@ -199,6 +202,21 @@ def verify_rows(decoder: Decoder, fixture: PairFixture, rows: int, step: int, rn
     n = sum(len(x) for x in parts["lengths"])
     arrays = {k: (np.concatenate(v) if v else np.full((n,) + _shape(k, g), np.nan)) for k, v in parts.items()}
     return RowsPart(arrays, mismatches, example, error)
+
+
+def context_free_pit(fixture: PairFixture, tokens: np.ndarray, step: int,
+                     pit_rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(pit_id, pit_ratio) of a context-free fixture's emitted ``tokens``, verified in calls of
+    ``step`` rows from the start of ``pit_rng``: the values :func:`verify_rows` computes, since
+    the jitter it draws depends on the calls' shapes alone."""
+    tables = _ContextFreeTables(fixture)
+    g, n = fixture.gamma, len(tokens)
+    pit_id, pit_ratio = np.empty((n, g + 1)), np.empty((n, g))
+    for start in range(0, n, step):
+        emitted = tokens[start:start + step]
+        pit_id[start:start + step] = tables.pit(emitted, tables.lower_id, pit_rng)
+        pit_ratio[start:start + step] = tables.pit(emitted[:, :g], tables.lower_ratio, pit_rng)
+    return pit_id, pit_ratio
 
 
 def assemble_run(fixture: PairFixture, parts: list[RowsPart], step: int, error: str | None,

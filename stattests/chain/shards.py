@@ -3,8 +3,10 @@
 Shard k of a fixture draws from its own stream, keyed by the run's seed, the fixture's
 name and k (a SeedSequence spawn key, never ``seed + k``), so its rows are the same on
 whatever process or machine runs it and whatever the other shards do. A shard hands back
-the per-row arrays the checks read; the merge lays them end to end in shard order and
-the checks run once on the merged run. So the certificate depends on the shard plan
+its rows packed (:func:`pack_rows`: each row's tokens as one small integer; 400 kB for
+200,000 rows of six tokens, where the per-row arrays are 30 MB); the merge unpacks them
+into the per-row arrays the checks read, bit for bit, lays them end to end in shard order,
+and the checks run once on the merged run. So the certificate depends on the shard plan
 (rows, rows per call, shards) and the seed, never on the executor: ``--jobs 1``, local
 processes and a Dask cluster write the same bytes.
 
@@ -29,14 +31,15 @@ from specgauge.errors import UsageError
 from specgauge.fixtures.pairs import PairFixture
 
 from specgauge.stattests.chain.checks import REFERENCE_BYTES_PER_SECOND
-from specgauge.stattests.chain.harness import (FixtureRun, RowsPart, _reproducibility_error, assemble_run, call_step,
-                                               fixture_rows, fixture_seed, verify_rows)
+from specgauge.stattests.chain.harness import (FixtureRun, RowsPart, _reproducibility_error, _shape, assemble_run,
+                                               call_step, context_free_pit, fixture_rows, fixture_seed, verify_rows)
+from specgauge.stattests.core.contract import emitted_lengths
 
 #: Child of the fixture's seed that shard streams hang under (an unsharded run uses children 0-3).
 SHARD_STREAM = 4
-#: Per-row arrays a run keeps for the checks, in bytes a row: lengths, tokens, pit_id (γ + 1
-#: each), pit_ratio (γ), and alpha (γ) where rows have their own laws.
-_ROW_ARRAYS = ("lengths", "tokens", "pit_id", "pit_ratio", "alpha")
+#: What a shard sends back instead of the per-row arrays a run keeps for the checks (:func:`pack_rows`): its rows' tokens, packed, and where
+#: rows have laws of their own, their PIT values and acceptances.
+_PACKED_ARRAYS = ("codes", "pit_id", "pit_ratio", "alpha")
 #: Harness and NumPy reference overheads on small vocabularies, where input bytes say little:
 #: CPU-seconds a row and a verify call, measured on the project's 2-core machine under load
 #: (benchmarks/bench_sharded.py: seed-six-token, 200,000 rows in 16 calls, 0.9-1.3e-6 s a row;
@@ -139,9 +142,64 @@ def run_shard(shard: Shard, progress: Callable[[int], Any] | None = None) -> dic
     rngs = tuple(np.random.default_rng(s) for s in shard_seed(shard.seed, fixture, shard.index).spawn(4))
     first, _ = shard.bounds
     part = verify_rows(decoder if progress is None else _Counting(decoder, progress), fixture,
-                       0 if fatal else shard.shard_rows, shard.step, rngs, shard.timeout, first_call=first + 1)
-    return {"arrays": part.arrays, "greedy_mismatches": part.greedy_mismatches, "greedy_example": part.greedy_example,
+                       0 if fatal else shard.shard_rows, shard.step, rngs, shard.timeout, first_call=first + 1,
+                       pit=False)
+    return {"arrays": pack_rows(fixture, part.arrays), "rows": len(part.arrays["lengths"]),
+            "greedy_mismatches": part.greedy_mismatches, "greedy_example": part.greedy_example,
             "error": repro if fatal else part.error, "repro_error": repro}
+
+
+def pack_rows(fixture: PairFixture, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A shard's rows as it sends them: each row's emitted tokens as one integer in base V + 1
+    (token + 1 at place k, −1 padding as 0) in the fewest bytes that hold every row, or the
+    tokens + 1 in the fewest bytes that hold V where rows are too wide for that; lengths
+    follow from the tokens. A context-free fixture's PIT values follow from the tokens and
+    the shard's pit stream, and its acceptances from the fixture (:func:`unpack_rows`), so
+    only rows with laws of their own send theirs. Seed-six-token: 2 bytes a row, against 152."""
+    tokens = np.asarray(arrays["tokens"], dtype=np.int64)
+    base, places = fixture.vocab_size + 1, fixture.gamma + 1
+    if base ** places <= 2 ** 63:
+        codes = np.zeros(len(tokens), dtype=np.int64)
+        for k in reversed(range(places)):
+            codes *= base
+            codes += tokens[:, k] + 1
+        codes = codes.astype(_fewest_bytes(base ** places - 1))
+    else:
+        codes = (tokens + 1).astype(_fewest_bytes(base - 1))
+    packed = {"codes": codes}
+    if not fixture.context_free:
+        packed.update({k: arrays[k] for k in ("pit_id", "pit_ratio", "alpha")})
+    return packed
+
+
+def unpack_rows(fixture: PairFixture, packed: Mapping[str, np.ndarray], step: int,
+                pit_rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """The per-row arrays :func:`verify_rows` keeps, from what :func:`pack_rows` sent: the same
+    values, bit for bit (``pit_rng``: the shard's pit stream from its start)."""
+    codes = np.asarray(packed["codes"])
+    base, places, g = fixture.vocab_size + 1, fixture.gamma + 1, fixture.gamma
+    if codes.ndim == 1:
+        rest = codes.astype(np.int64)
+        tokens = np.empty((len(codes), places), dtype=np.int64)
+        for k in range(places):
+            rest, digit = np.divmod(rest, base)
+            tokens[:, k] = digit - 1
+    else:
+        tokens = codes.astype(np.int64) - 1
+    arrays = {"lengths": emitted_lengths(tokens), "tokens": tokens}
+    if not fixture.context_free:
+        arrays.update({k: packed[k] for k in ("pit_id", "pit_ratio", "alpha")})
+    elif fixture.greedy:  # greedy rows keep no PIT; a context-free fixture's acceptances are its own
+        arrays.update({k: np.full((len(tokens),) + _shape(k, g), np.nan) for k in ("pit_id", "pit_ratio")})
+    else:
+        arrays["pit_id"], arrays["pit_ratio"] = context_free_pit(fixture, tokens, step, pit_rng)
+    if fixture.context_free:
+        arrays["alpha"] = np.full((len(tokens), g), np.nan)  # unread: assemble_run uses the fixture's
+    return arrays
+
+
+def _fewest_bytes(largest: int) -> np.dtype:
+    return next(np.dtype(t) for t in (np.uint8, np.uint16, np.uint32, np.uint64) if largest <= np.iinfo(t).max)
 
 
 class _Counting:
@@ -157,15 +215,20 @@ class _Counting:
 
 
 def merge(fixture: PairFixture, parts: Sequence[Mapping[str, Any]], step: int, seed: int) -> FixtureRun:
-    """The fixture's run from its shards in shard order, up to and including the first that failed."""
+    """The fixture's run from its shards in shard order (``parts[k]`` is shard k's), up to and
+    including the first that failed; each shard's rows unpacked with its own pit stream."""
     used = []
     for part in parts:
         used.append(part)
         if part["error"]:
             break
     error = next((p["error"] for p in used if p["error"]), None)
-    return assemble_run(fixture, [RowsPart(p["arrays"], p["greedy_mismatches"], p["greedy_example"], p["error"])
-                                  for p in used], step, error, parts[0]["repro_error"], seed)
+    rows = []
+    for k, p in enumerate(used):
+        pit_rng = np.random.default_rng(shard_seed(seed, fixture, k).spawn(4)[3])
+        rows.append(RowsPart(unpack_rows(fixture, p["arrays"], step, pit_rng), p["greedy_mismatches"],
+                             p["greedy_example"], p["error"]))
+    return assemble_run(fixture, rows, step, error, parts[0]["repro_error"], seed)
 
 
 class ShardCache:
@@ -183,18 +246,20 @@ class ShardCache:
     def load(self, key: str) -> dict[str, Any] | None:
         try:
             with np.load(self.path(key), allow_pickle=False) as data:
-                arrays = {k: data[k] for k in _ROW_ARRAYS}
+                arrays = {k: data[k] for k in _PACKED_ARRAYS if k in data.files}
                 text = {k: str(data[k]) for k in ("greedy_example", "error", "repro_error")}
-                mismatches = int(data["greedy_mismatches"])
+                mismatches, rows = int(data["greedy_mismatches"]), int(data["rows"])
         except (OSError, KeyError, ValueError):
-            return None  # absent, or torn: computed again
-        return {"arrays": arrays, "greedy_mismatches": mismatches, "greedy_example": text["greedy_example"],
+            return None  # absent, torn, or written before shards sent packed rows: computed again
+        if "codes" not in arrays:
+            return None
+        return {"arrays": arrays, "rows": rows, "greedy_mismatches": mismatches, "greedy_example": text["greedy_example"],
                 "error": text["error"] or None, "repro_error": text["repro_error"] or None}
 
     def append(self, key: str, index: int, row: Mapping[str, Any]) -> Mapping[str, Any]:
         self.folder.mkdir(parents=True, exist_ok=True)
         tmp = self.folder / f".{key}.{os.getpid()}.tmp.npz"
-        np.savez(tmp, **row["arrays"], greedy_mismatches=np.int64(row["greedy_mismatches"]),
+        np.savez(tmp, **row["arrays"], rows=np.int64(row["rows"]), greedy_mismatches=np.int64(row["greedy_mismatches"]),
                  greedy_example=np.str_(row["greedy_example"]), error=np.str_(row["error"] or ""),
                  repro_error=np.str_(row["repro_error"] or ""))
         with open(tmp, "rb") as handle:
@@ -241,7 +306,7 @@ def run_shards(shards: Sequence[Shard], decoder_name: str, cache: ShardCache | N
                desc="verifying", unit="row", unit_scale=True, disable=not progress, leave=False, dynamic_ncols=True)
     in_process = executor == "serial"
     func = partial(run_shard, progress=bar.update) if in_process else run_shard
-    journal = _Sink(cache, None if in_process else (lambda row: bar.update(len(row["arrays"]["lengths"]))))
+    journal = _Sink(cache, None if in_process else (lambda row: bar.update(row["rows"])))
     try:
         results = run_sweep(func, shards, replace(options, progress=False), journal, done,
                             describe=lambda s: f"{s.fixture} shard {s.index + 1}/{s.shards}", keys=keys)
