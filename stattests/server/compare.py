@@ -37,6 +37,8 @@ from specgauge.stattests.core.statistics import (DEFAULT_FALSE_FAIL, DEFAULT_FAL
                                                  combine_bonferroni, independence_test, ks_uniformity)
 from specgauge.stattests.server.closeness import FIGURE as CLOSENESS_FIGURE
 from specgauge.stattests.server.closeness import MAX_REPLICATES, closeness, replicates_for
+from specgauge.stattests.server.dispersion import FIGURE as DISPERSION_FIGURE
+from specgauge.stattests.server.dispersion import dispersion_test
 from specgauge.stattests.server.probe import ProbeRun
 from specgauge.stattests.server.stats import conditional_goodness_of_fit, homogeneity, min_num_samples_for_homogeneity
 from specgauge.stattests.server.worstcase import (MIN_CONTEXT_DRAWS, ContextPlan, context_rows, coverage, joint_bound,
@@ -65,6 +67,7 @@ DETECTABLE = {
     "pit": "not a TV: a KS distance of the randomized PIT along the probability order",
     "independence": "TV of the pooled joint of two draws (two choices of a request, or consecutive requests) from "
                     "the product of its margins, in the worst of the row's tests",
+    "dispersion": DISPERSION_FIGURE,
 }
 _WHAT = {"two-sample": "speculation on vs off, two samples",
          "logprobs": "one sample against the server's own top-k logprobs",
@@ -121,7 +124,7 @@ class ServerCertificate:
                     f"\nthese samples are off {self._against(failed)}: an exact server fails this way with probability "
                     f"at most {total:.1g}")
         joint = f[kinds.isin(("joint", "joint-topk"))]
-        gaps = f[(f["verdict"] == "untested") & ~kinds.isin(("joint", "joint-topk", "independence"))]
+        gaps = f[(f["verdict"] == "untested") & ~kinds.isin(("joint", "joint-topk", "independence", "dispersion"))]
         untested = [f"{c}[{p}]" if p else c for c, p in gaps[["check", "position"]].values]
         gap = (f"; untested (no sample reached them, or none whose token and law are known): {', '.join(untested)}"
                if untested else "")
@@ -202,7 +205,8 @@ _KIND = {text: kind for kind, text in DETECTABLE.items()}
 _MEASURED = ("conditional", "homogeneity", "identity", "identity-topk")
 _SHORT = {"conditional": "a binned TV (RMS over contexts; not a worst case)",
           "homogeneity": "a binned TV (mean over contexts; not a worst case)",
-          "pit": "a KS distance (not a TV)", "independence": "a dependence TV"}
+          "pit": "a KS distance (not a TV)", "independence": "a dependence TV",
+          "dispersion": "a correlation between choices (not a TV)"}
 
 
 def _certificate(mode: str, decoder: str, rows: list[ServerRow], target_tv: float, unit: str,
@@ -220,8 +224,8 @@ def _certificate(mode: str, decoder: str, rows: list[ServerRow], target_tv: floa
             result = TestResult(result.test, result.statistic, result.pvalue, result.n, result.false_fail_rate,
                                 result.min_detectable_tv, result.df, details)
         out = certificate_row(decoder, row.check, "exactness", mode, row.position, result)
-        out["detectable"] = DETECTABLE[row.kind] + (REPORTED if mode == "logprobs" and row.kind != "independence"
-                                                    else "")
+        out["detectable"] = DETECTABLE[row.kind] + (REPORTED if mode == "logprobs" and row.kind not in
+                                                    ("independence", "dispersion") else "")
         if out["verdict"] == "pass" and not result.min_detectable_tv < 1:  # detects nothing: no pass to claim
             out["verdict"] = "untested"
             out["message"] = (f"{out['message']}; " if out["message"] else "") + \
@@ -431,7 +435,10 @@ def independence_results(run: ProbeRun, false_fail_rate: float) -> dict[str, lis
     - ``within``: the choices of one request, every distance between them (:func:`_offset_pairs`),
       per prompt; empty where no request had two choices;
     - ``across``: requests close in time: the k-th and (k+1)-th request of a prompt (k even), choice
-      j with choice j.
+      j with choice j;
+    - ``dispersion``: per request, how many of its choices fall in a band of labels, against the
+      binomial (:mod:`~specgauge.stattests.server.dispersion`): all pairs of a request at once,
+      herded (over-dispersed) or spread (under-dispersed); empty where no request had two choices.
 
     Each position's tests share its rate (Bonferroni) into one result."""
     length = _length(run)
@@ -442,9 +449,11 @@ def independence_results(run: ProbeRun, false_fail_rate: float) -> dict[str, lis
     starts = np.flatnonzero(np.r_[True, req[order][1:] != req[order][:-1]])
     groups = np.split(order, starts[1:])  # the rows of each request, choice by choice, requests in time order
     within: list[tuple[np.ndarray, np.ndarray]] = []
+    sizes: list[np.ndarray] = []
     for m in sorted({g.size for g in groups if g.size >= 2}):
         members = np.stack([g for g in groups if g.size == m])
         within += list(_offset_pairs(members).values())
+        sizes.append(members)
     across_a, across_b = [], []
     for p in np.unique(prompt):
         mine = [g for g in groups if prompt[g[0]] == p]
@@ -452,7 +461,7 @@ def independence_results(run: ProbeRun, false_fail_rate: float) -> dict[str, lis
             size = min(a.size, b.size)
             across_a.append(a[:size])
             across_b.append(b[:size])
-    out: dict[str, list[TestResult]] = {"within": [], "across": []}
+    out: dict[str, list[TestResult]] = {"within": [], "across": [], "dispersion": []}
     for k in range(length):
         label = labels[:, k]
         if within:
@@ -461,6 +470,7 @@ def independence_results(run: ProbeRun, false_fail_rate: float) -> dict[str, lis
             parts = [t for x, y in tests for t in _pair_tests(label[x], label[y], prompt[x], rate)]
             out["within"].append(_combined(parts, false_fail_rate, f"{len(tests)} distances between the choices of a "
                                            f"request, each as disjoint pairs, per prompt"))
+            out["dispersion"].append(dispersion_test(label, sizes, prompt, false_fail_rate))
         if across_a:
             x, y = np.concatenate(across_a), np.concatenate(across_b)
             parts = _pair_tests(label[x], label[y], prompt[x], false_fail_rate / np.unique(prompt).size)
@@ -483,7 +493,7 @@ def _combined(parts: list[TestResult], false_fail_rate: float, what: str) -> Tes
 def independence_count(run: ProbeRun) -> int:
     """How many independence rows :func:`_independence_rows` gives for ``run`` (the rate is shared before)."""
     multi = bool(run.header.get("capabilities", {}).get("n"))
-    return _length(run) * (1 + multi)
+    return _length(run) * (1 + 2 * multi)
 
 
 # ---------------------------------------------------------------- two-sample
@@ -572,21 +582,24 @@ def _closeness_row(context: np.ndarray, token: np.ndarray, arm: np.ndarray, rate
 
 
 def _independence_rows(run: ProbeRun, rate: float, where: str = "") -> list[ServerRow]:
-    """``independence_count(run)`` rows: per position, the choices of a request (where the server
-    honours n) and consecutive requests, tested for dependence."""
+    """``independence_count(run)`` rows: per position, the choices of a request (pairs and the
+    dispersion of per-request counts, where the server honours n) and consecutive requests, tested
+    for dependence."""
     multi = bool(run.header.get("capabilities", {}).get("n"))
     results = independence_results(run, rate)
     rows = []
-    for name, check in (("within", "choices-within-request-independent"), ("across", "requests-independent")):
-        if name == "within" and not multi:
+    for name, check in (("within", "choices-within-request-independent"),
+                        ("dispersion", "choices-within-request-dispersion"), ("across", "requests-independent")):
+        if name in ("within", "dispersion") and not multi:
             continue
         for k in range(_length(run)):
             found = results[name][k] if k < len(results[name]) else None
             if found is None:
                 found = TestResult("independence", 0.0, 1.0, 0, rate, math.inf, 0,
-                                   {"message": "one choice a request: nothing to test" if name == "within" else
-                                    "fewer than two requests a prompt: nothing to test"})
-            rows.append(ServerRow(found, check, f"{where}/pos{k}" if where else f"pos{k}", "independence"))
+                                   {"message": "fewer than two requests a prompt: nothing to test" if name == "across"
+                                    else "one choice a request: nothing to test"})
+            rows.append(ServerRow(found, check, f"{where}/pos{k}" if where else f"pos{k}",
+                                  "dispersion" if name == "dispersion" else "independence"))
     return rows
 
 

@@ -1,0 +1,252 @@
+"""Dispersion of per-request counts: herding spread over all the choices of a request.
+
+A request of n choices, at one position, puts c of them in a band (the heaviest labels of the
+position holding about half the pooled draws). Under independence the requests of a prompt
+are exchangeable draws, so given the pooled count K of a group (one prompt, requests of n
+choices, R of them) the counts are multivariate hypergeometric:
+
+    P(c_1, ..., c_R | K) = Π_r C(n, c_r) / C(nR, K).
+
+The statistic is S = Σ_r c_r²: too large when the choices are herded together (shared
+uniforms), too small when they are spread apart (stratified uniforms). Its tails are bounded
+by Chernoff's inequality on that exact conditional law,
+
+    P(S ≥ s | K) ≤ min_{θ ≥ 0, t} f_θ(e^t)^R e^{−θ s − t K} / C(nR, K),
+    f_θ(x) = Σ_c C(n, c) e^{θ c²} x^c,
+
+(and θ ≤ 0 for the lower tail), so the level holds at any rate, however small, with no
+replicates: the bound is conservative, never anticipating. Pair tests see one distance at
+a time; a herding whose correlation is −1/(n − 1) between every two choices is below their
+reach and plain here.
+
+The figure is named for what it bounds: the smallest intra-request correlation ρ of the band
+indicator detected at power ``1 − false_pass_rate``, over-dispersed (beta-binomial counts,
+ρ > 0) and under-dispersed (a share of requests with stratified counts, ρ < 0), each power
+*calibrated by simulation* of R requests against the critical variance ratios at the
+observed K. It bounds those two families, not every dependence: a dependence that leaves
+the band's count binomial escapes it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import special, stats
+
+from specgauge.stattests.core.statistics import DEFAULT_FALSE_PASS, TestResult
+
+#: What a dispersion figure bounds (the certificate's ``detectable`` column).
+FIGURE = ("smallest intra-request correlation |rho| of a band indicator (the heaviest labels, about half the draws) "
+          "detected at power 0.999: over-dispersed (beta-binomial counts) and under-dispersed (stratified counts) "
+          "requests, power calibrated by simulation; not a TV, and not every dependence")
+
+
+@dataclass(frozen=True)
+class Dispersion:
+    """One group's dispersion test (R requests of n choices, K of the nR draws in the band)."""
+
+    statistic: float      # variance ratio: the counts' variance over the binomial one, 1 under independence
+    pvalue: float         # two-sided, from the Chernoff bounds (each side at half the rate)
+    requests: int
+    choices: int
+    in_band: int
+    critical: tuple[float, float]   # the variance ratios at or below / at or above which it fails
+    figure: tuple[float, float]     # smallest rho detected above and below 0 (inf: none)
+
+
+@functools.lru_cache(maxsize=64)
+def _log_mgf(n: int) -> tuple[np.ndarray, np.ndarray]:
+    c = np.arange(n + 1, dtype=np.float64)
+    return c, c * c, special.gammaln(n + 1) - special.gammaln(c + 1) - special.gammaln(n - c + 1)
+
+
+#: The tilts θ·n the bounds are minimised over (any θ gives a valid bound; a fine grid, a near-optimal one).
+GRID = np.geomspace(1e-6, 4.0, 241)
+
+
+def _profile(theta: np.ndarray, n: int, r: int, k: int) -> np.ndarray:
+    """g(θ) = min_t log(f_θ(e^t)^R e^{−tK}) for each θ (the inner minimum in t by bisection on its
+    convex derivative R E[c] − K, vectorised over θ)."""
+    c, c2, logc = _log_mgf(n)
+    theta = np.asarray(theta, np.float64)[:, None]
+    span = 2.0 * np.abs(theta[:, 0]) * n + 60.0
+    a, b = -span, span.copy()
+    for _ in range(56):  # the span over 2⁵⁶: below a float's step
+        t = 0.5 * (a + b)
+        x = logc + theta * c2 + t[:, None] * c
+        w = np.exp(x - x.max(axis=1, keepdims=True))
+        high = r * (w @ c) / w.sum(axis=1) > k
+        a, b = np.where(high, a, t), np.where(high, t, b)
+    t = 0.5 * (a + b)
+    x = logc + theta * c2 + t[:, None] * c
+    top = x.max(axis=1)
+    return r * (top + np.log(np.exp(x - top[:, None]).sum(axis=1))) - t * k
+
+
+def _log_choose(a: int, b: int) -> float:
+    return float(special.gammaln(a + 1) - special.gammaln(b + 1) - special.gammaln(a - b + 1))
+
+
+@functools.lru_cache(maxsize=1024)
+def _profiles(n: int, r: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(θ > 0 on the grid, g(θ) − log C(nR, K), g(−θ) − log C(nR, K))."""
+    theta = GRID / n
+    denom = _log_choose(n * r, k)
+    return theta, _profile(theta, n, r, k) - denom, _profile(-theta, n, r, k) - denom
+
+
+def log_tail(s: float, n: int, r: int, k: int, upper: bool) -> float:
+    """log of the Chernoff bound on P(S ≥ s | K) (``upper``) or P(S ≤ s | K), at most 0."""
+    theta, up, down = _profiles(n, r, k)
+    bound = (up - theta * s) if upper else (down + theta * s)
+    return min(0.0, float(bound.min()))
+
+
+def critical_sums(n: int, r: int, k: int, rate: float) -> tuple[float, float]:
+    """(s_lo, s_hi): S ≤ s_lo or S ≥ s_hi fails, each tail at ``rate / 2`` (the bound's inverse:
+    s_hi = min_{θ>0} (g(θ) − L) / θ with L = log(rate / 2) + log C(nR, K))."""
+    theta, up, down = _profiles(n, r, k)
+    level = math.log(rate / 2.0)
+    return float(-((down - level) / theta).min()), float(((up - level) / theta).min())
+
+
+def variance_ratio(s: float, n: int, r: int, k: int) -> float:
+    """The counts' variance (Σc²/R − (K/R)²) over the binomial n p (1 − p) at p = K / (nR)."""
+    p = k / (n * r)
+    var = n * p * (1 - p)
+    return (s / r - (k / r) ** 2) / var if var > 0 else 1.0
+
+
+def over_law(n: int, p: float, rho: float) -> np.ndarray:
+    """Beta-binomial counts of mean n p and intra-request correlation ``rho`` > 0."""
+    a, b = p * (1 / rho - 1), (1 - p) * (1 / rho - 1)
+    return stats.betabinom.pmf(np.arange(n + 1), n, a, b)
+
+
+def under_law(n: int, p: float, share: float) -> np.ndarray:
+    """A ``share`` of requests whose count is stratified (⌊np⌋ or ⌈np⌉, mean n p), the rest binomial."""
+    mean = n * p
+    low = math.floor(mean)
+    stratified = np.zeros(n + 1)
+    stratified[low] += 1 - (mean - low)
+    if low < n:
+        stratified[low + 1] += mean - low
+    return share * stratified + (1 - share) * stats.binom.pmf(np.arange(n + 1), n, p)
+
+
+def under_rho(n: int, p: float, share: float) -> float:
+    """The intra-request correlation of :func:`under_law` (negative)."""
+    mean = n * p
+    f = mean - math.floor(mean)
+    var = n * p * (1 - p)
+    return -share * (1 - f * (1 - f) / var) / (n - 1)
+
+
+#: Simulated sets of R requests per alternative and correlation in the figure's search.
+POWER_SIMULATIONS = 2_000
+
+
+def _power(pmf: np.ndarray, n: int, r: int, lo: float, hi: float, rng: np.random.Generator,
+           sims: int = POWER_SIMULATIONS) -> float:
+    """Simulated rate at which R counts of law ``pmf`` give a variance ratio at or past the critical ones."""
+    pmf = np.clip(np.nan_to_num(pmf), 0.0, None)
+    c = np.arange(n + 1, dtype=np.float64)
+    tally = rng.multinomial(r, pmf / pmf.sum(), size=sims)  # requests per count value: all S needs
+    k, s = tally @ c, tally @ (c * c)
+    p = k / (n * r)
+    var = n * p * (1 - p)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(var > 0, (s / r - (k / r) ** 2) / var, 1.0)
+    return float(np.mean((ratio <= lo) | (ratio >= hi)))
+
+
+@functools.lru_cache(maxsize=4096)
+def figures(n: int, r: int, p: float, lo: float, hi: float, *, false_pass_rate: float = DEFAULT_FALSE_PASS,
+            steps: int = 8) -> tuple[float, float]:
+    """(smallest ρ > 0, smallest |ρ| for ρ < 0) detected at simulated power ``1 − false_pass_rate``
+    (bisection to 2⁻⁸ of the range), with ``lo``, ``hi`` the critical variance ratios; inf where
+    the strongest alternative of a side is not detected. Callers round ``p``, ``lo`` and ``hi``
+    to two decimals; the simulation is seeded from the arguments, so a figure is a function of them."""
+    rng = np.random.default_rng([n, r] + [round(x * 100) % 2 ** 32 for x in (p, lo, hi)])
+    power = 1 - false_pass_rate
+    out = []
+    for law, top in ((lambda x: over_law(n, p, x), 0.99), (lambda x: under_law(n, p, x), 1.0)):
+        if _power(law(top), n, r, lo, hi, rng) < power:
+            out.append(math.inf)
+            continue
+        a, b = 0.0, top
+        for _ in range(steps):
+            mid = 0.5 * (a + b)
+            a, b = (a, mid) if _power(law(mid), n, r, lo, hi, rng) >= power else (mid, b)
+        out.append(b)
+    return out[0], abs(under_rho(n, p, out[1])) if math.isfinite(out[1]) else math.inf
+
+
+def dispersion(counts: np.ndarray, n: int, rate: float, *, false_pass_rate: float = DEFAULT_FALSE_PASS,
+               figure: bool = True) -> Dispersion:
+    """Test the band counts ``counts[R]`` of R requests of ``n`` choices each at false-fail ``rate``."""
+    counts = np.asarray(counts, np.int64)
+    r, k = counts.size, int(counts.sum())
+    if r < 2 or n < 2 or k in (0, n * r):
+        return Dispersion(1.0, 1.0, r, n, k, (-math.inf, math.inf), (math.inf, math.inf))
+    s = float((counts.astype(np.float64) ** 2).sum())
+    lo, hi = critical_sums(n, r, k, rate)
+    pvalue = min(1.0, 2 * math.exp(min(log_tail(s, n, r, k, True), log_tail(s, n, r, k, False))))
+    critical = (variance_ratio(lo, n, r, k), variance_ratio(hi, n, r, k))
+    fig = (figures(n, r, round(k / (n * r), 2), round(critical[0], 2), round(critical[1], 2),
+                   false_pass_rate=false_pass_rate) if figure else (math.inf, math.inf))
+    return Dispersion(variance_ratio(s, n, r, k), pvalue, r, n, k, critical, fig)
+
+
+def band(labels: np.ndarray) -> np.ndarray:
+    """Whether each label is in the band: the heaviest labels (by pooled count, ties by label) whose
+    share is nearest one half, at least one label and never all. A function of the pooled counts,
+    which every permutation of the draws keeps, so the conditional level holds."""
+    values, counts = np.unique(labels, return_counts=True)
+    if values.size < 2:
+        return np.zeros(labels.shape, bool)
+    order = np.lexsort((values, -counts))
+    cum = np.cumsum(counts[order])[:-1]
+    m = int(np.argmin(np.abs(cum - labels.size / 2))) + 1
+    return np.isin(labels, values[order[:m]])
+
+
+def dispersion_test(label: np.ndarray, members: list[np.ndarray], prompt: np.ndarray, false_fail_rate: float, *,
+                    false_pass_rate: float = DEFAULT_FALSE_PASS, test: str = "dispersion") -> TestResult:
+    """One position's dispersion test over every (prompt, request size) group, Bonferroni.
+
+    ``label[N]``: each sample's label at the position; ``members``: per request size m ≥ 2, the
+    sample rows ``[R, m]`` of its requests in choice order; ``prompt[N]``: each sample's prompt.
+    The row's figure is the worst group's larger |ρ|; ``details`` carry both sides."""
+    groups = []
+    for rows in members:
+        for p in np.unique(prompt[rows[:, 0]]):
+            mine = rows[prompt[rows[:, 0]] == p]
+            if mine.shape[0] >= 2:
+                groups.append(mine)
+    if not groups:
+        return TestResult(test, 1.0, 1.0, 0, false_fail_rate, math.inf, 0,
+                          {"message": "no prompt with two requests of two choices or more: nothing to test"})
+    each = false_fail_rate / len(groups)
+    results = []
+    for rows in groups:
+        inside = band(label[rows].ravel()).reshape(rows.shape)
+        results.append(dispersion(inside.sum(axis=1), rows.shape[1], each, false_pass_rate=false_pass_rate))
+    worst = min(results, key=lambda d: d.pvalue)
+    pvalue = min(1.0, len(results) * worst.pvalue)
+    over = max(d.figure[0] for d in results)
+    under = max(d.figure[1] for d in results)
+    tested = sum(d.in_band not in (0, d.requests * d.choices) for d in results)
+    figure = max((x for x in (over, under) if math.isfinite(x)), default=math.inf)  # a side out of reach: see message
+    message = (f"{len(results)} groups (prompt, choices a request), {tested} with a band, each at false-fail "
+               f"{each:.2g}: per-request counts in the band against the binomial (Chernoff bounds on the exact "
+               f"conditional law given the pooled count); worst variance ratio {worst.statistic:.3g} (fails at or "
+               f"below {worst.critical[0]:.3g} or at or above {worst.critical[1]:.3g}); detects a correlation between "
+               f"choices of rho >= {over:.3g} (herded) or rho <= -{under:.3g} (spread) with power "
+               f"{1 - false_pass_rate:g}")
+    n = int(sum(d.requests * d.choices for d in results))
+    return TestResult(test, worst.statistic, pvalue, n, false_fail_rate, figure, 0,
+                      {"rho_over": over, "rho_under": under, "groups": float(len(results)), "message": message})
