@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 import pytest
-from scipy import stats
+from scipy import optimize, stats
 
 from specgauge.fixtures.pairs import FIXTURES, SEED_DRAFT, SEED_TARGET, zipf
 from specgauge.stattests.chain.certify import CertConfig, certify
@@ -29,7 +29,7 @@ from specgauge.stattests.core.reference import NumpyDecoder, leviathan_verify
 from specgauge.stattests.core.statistics import (acceptance_rate_test, goodness_of_fit, min_discrepancy_of_goodness_of_fit,
                                   min_discrepancy_of_ks_uniformity, min_num_samples_for_acceptance_rate_test,
                                   min_num_samples_for_goodness_of_fit, min_num_samples_for_ks_uniformity,
-                                  pvalue_uniformity, total_variation)
+                                  multinomial_kl_tail, pvalue_uniformity, total_variation)
 
 META_RATE = 1e-6  # false-fail rate of each assertion of this file
 FIXTURE = "seed-six-token"
@@ -166,11 +166,14 @@ def test_acceptance_companions_are_inverses(alpha):
 
 @pytest.mark.parametrize("df", [1, 5, 50])
 def test_chi_square_min_tv_has_the_declared_power(df):
-    """At the reported min_detectable_tv the worst-case non-centrality 4 n TV² gives power 0.999."""
+    """At the reported min_detectable_tv the worst-case non-centrality 4 n TV² gives power 0.999
+    past the larger of the chi-square law's critical value and the proven bound's (G at which
+    e^{−G/2} (e G / 2df)^df is the rate)."""
     p = np.full(df + 1, 1.0 / (df + 1))
     n = 10_000
     tv = min_discrepancy_of_goodness_of_fit(n, p, false_fail_rate=1e-6, false_pass_rate=1e-3)
-    critical = stats.chi2.isf(1e-6, df)
+    g = optimize.brentq(lambda x: multinomial_kl_tail(x / 2, df + 1) - 1e-6, 2.0 * df + 1e-9, 1e4)
+    critical = max(stats.chi2.isf(1e-6, df), g)
     power = stats.ncx2.sf(critical, df, 4 * n * tv * tv)
     assert power == pytest.approx(0.999, abs=1e-5)
     counts = np.full(df + 1, n // (df + 1))
