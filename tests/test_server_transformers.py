@@ -251,6 +251,10 @@ def test_compare_cli_reference_mode(runs, traces, model_dir, tmp_path, capsys):
     csv = tmp_path / "reference.csv"
     status = cli.main(["compare", str(traces["lookup"]["path"]), "--reference", str(model_dir), "--csv", str(csv)])
     out = capsys.readouterr().out
-    assert status == 0 and "PASS (reference" in out and "note:" not in out
+    notes = [line for line in out.splitlines() if line.strip().startswith("note:")]
+    # at the default tier's 40 samples a prompt the only note is the contexts too seldom drawn to
+    # state a figure; no sample is incomplete and no prompt refused
+    assert status == 0 and "PASS (reference" in out
+    assert all("are untested: too few draws" in line for line in notes), notes
     status = cli.main(["compare", str(traces["top_k_3"]["path"]), "--reference", str(model_dir), "--csv", str(csv)])
     assert status == 1 and "FAIL (reference" in capsys.readouterr().out
