@@ -8,13 +8,18 @@ the others.
 Speed (benchmarks/bench_reference.py). Entries are read by flat index, never through
 ``take_along_axis``; where every row shares one law (inputs broadcast along the batch, as a
 fixture's context-free laws are), the γ + 1 final distributions are built once and each
-row's token is an inverse-CDF search in its position's row. The random numbers are drawn
-in the same order and compared with the same sums, so a seed gives the same tokens as the
-row-by-row form.
+row's token is an inverse-CDF search in its position's row. Rows go in blocks that stay
+in cache, through one set of buffers a thread keeps from call to call: every step is one
+pass over a block, into a buffer (a gather of thresholds by flat index, one comparison,
+the leading acceptances from a byte table, a guide table for the final token, the
+padding as one OR of each row with its mask). The random numbers are drawn in the same
+order and compared with the same sums, so a seed gives the same tokens as the
+row-by-row form, and as before.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -108,9 +113,11 @@ def residual(final_p: np.ndarray, final_q: np.ndarray) -> np.ndarray:
 
 
 def assemble(draft_tokens: np.ndarray, n_accepted: np.ndarray, final_token: np.ndarray,
-             out: np.ndarray | None = None) -> np.ndarray:
+             out: np.ndarray | None = None, at: np.ndarray | None = None,
+             pad_mask: np.ndarray | None = None, place: np.ndarray | None = None) -> np.ndarray:
     """The contract's output: the accepted prefix, the final token, then -1 (into ``out``, a
-    C-contiguous int64 [B, γ + 1], when given)."""
+    C-contiguous int64 [B, γ + 1], when given; with ``at`` = arange(B)·(γ + 1) and a [B]
+    buffer of :func:`_pad_masks` rows, the padding is one pass; ``place``: a [B] intp buffer)."""
     batch, gamma = draft_tokens.shape
     emitted = np.empty((batch, gamma + 1), dtype=np.int64) if out is None else out
     if gamma:  # each row's drafts copied as one γ·8-byte item
@@ -118,6 +125,11 @@ def assemble(draft_tokens: np.ndarray, n_accepted: np.ndarray, final_token: np.n
         head = np.dtype([("head", f"V{8 * gamma}"), ("tail", "<i8")])
         emitted.view(head).reshape(batch)["head"] = tokens.view(f"V{8 * gamma}").reshape(batch)
     flat = emitted.reshape(-1)
+    if pad_mask is not None:  # every bit of −1 is set: OR each row with its mask of −1 after place n
+        _pad_masks(gamma).take(n_accepted, out=pad_mask, mode="clip")
+        np.bitwise_or(flat, pad_mask.view(np.int64), out=flat)
+        flat[np.add(at, n_accepted, out=place)] = final_token
+        return emitted
     short = np.flatnonzero(n_accepted < gamma)  # rows with a rejection: −1 after their final token
     pads = gamma - n_accepted[short]  # at places n + 1 … γ of the row
     ends = np.cumsum(pads)
@@ -125,6 +137,18 @@ def assemble(draft_tokens: np.ndarray, n_accepted: np.ndarray, final_token: np.n
     flat[np.repeat(first - (ends - pads), pads) + np.arange(int(ends[-1]) if ends.size else 0)] = PAD
     flat[np.arange(batch) * (gamma + 1) + n_accepted] = final_token
     return emitted
+
+
+_PAD_MASKS: dict[int, np.ndarray] = {}
+
+
+def _pad_masks(gamma: int) -> np.ndarray:
+    """Row n: γ + 1 int64, −1 after place n and 0 up to it, as one item of 8(γ + 1) bytes."""
+    if gamma not in _PAD_MASKS:
+        places = np.arange(gamma + 1)
+        masks = np.where(places[None, :] > places[:, None], PAD, 0).astype(np.int64)
+        _PAD_MASKS[gamma] = masks.view(f"V{8 * (gamma + 1)}").reshape(gamma + 1)
+    return _PAD_MASKS[gamma]
 
 
 @dataclass(frozen=True, eq=False)
@@ -137,6 +161,7 @@ class _SharedLaw:
     keys: np.ndarray  # the (law, m) search keys of :func:`_grid_tokens`
     token_at: np.ndarray
     guide: np.ndarray  # [(γ + 1)·2^GUIDE_BITS]: the token of each (law, u bucket), −1 where it varies
+    offsets: np.ndarray  # [γ]: k·V, where draft k's thresholds start
 
 
 _LAST_LAW: list = [None, None]  # (the law's bytes, its _SharedLaw): a run repeats one law call after call
@@ -156,7 +181,7 @@ def _shared_law(p: np.ndarray, q: np.ndarray) -> _SharedLaw:
     last = vocab - 1 - np.argmax(table[:, ::-1] > 0, axis=1)  # each row's last possible token
     keys, token_at = _grid_keys(cdf, last)
     law = _SharedLaw(_acceptance_thresholds(p[:gamma], q).reshape(-1), cdf, last, keys, token_at,
-                     _guide(keys, token_at, gamma + 1))
+                     _guide(keys, token_at, gamma + 1), np.arange(gamma, dtype=np.intp) * vocab)
     _LAST_LAW[:] = [key, law]
     return law
 
@@ -166,32 +191,92 @@ def _shared_verify(target_probs: np.ndarray, draft_probs: np.ndarray, draft_toke
     """The rule when every row shares one law (batch stride 0): the acceptance tests read
     from one [γ, V] table of thresholds, the γ + 1 final distributions (residuals, then the
     bonus row) built once, and each row's final token the inverse CDF of its own, with the
-    same products and comparisons as the row-by-row form."""
+    same products and comparisons as the row-by-row form. Blocks of rows reuse one set of
+    buffers, written in place: each step is one pass over a block that stays in cache."""
     batch, gamma = draft_tokens.shape
     p, q = np.ascontiguousarray(target_probs[0]), np.ascontiguousarray(draft_probs[0])
-    vocab = p.shape[1]
     law = _shared_law(p, q)
-    thresholds = law.thresholds.reshape(gamma, vocab)
     final_u = rng.random(batch) if final_uniforms is None else np.asarray(final_uniforms, dtype=np.float64).reshape(-1)
+    tokens_all = np.ascontiguousarray(draft_tokens, dtype=np.int64)
+    u_all = np.ascontiguousarray(uniforms, dtype=np.float64)
     emitted = np.empty((batch, gamma + 1), dtype=np.int64)
+    block = _block(min(batch, CHUNK_ROWS), gamma, law.offsets)
     for start in range(0, batch, CHUNK_ROWS):  # blocks of rows: the temporaries stay small and in cache
-        rows = slice(start, min(batch, start + CHUNK_ROWS))
-        tokens, u = draft_tokens[rows], uniforms[rows]
-        accept = np.empty(tokens.shape, dtype=bool)
-        for k in range(gamma):  # column by column: no [B, γ] index or entry array
-            np.less(u[:, k], thresholds[k].take(tokens[:, k]), out=accept[:, k])
-        n_accepted = leading_true(accept)
+        stop = min(batch, start + CHUNK_ROWS)
+        b = block.first(stop - start)
+        tokens = tokens_all[start:stop]
+        np.add(tokens.reshape(-1), b.offsets, out=b.index.reshape(-1))  # entry k·V + x of the thresholds
+        law.thresholds.take(b.index, out=b.threshold, mode="clip")
+        np.less(u_all[start:stop], b.threshold, out=b.accept[:, :gamma])
+        n_accepted = b.leading()
         if final_uniforms is None:  # drawn here, so on the 2^-53 grid: the search runs on integers
-            final = _grid_tokens(law, n_accepted, final_u[rows])
+            final = _grid_tokens(law, n_accepted, final_u[start:stop], b)
         else:
             final = np.empty(n_accepted.size, dtype=np.int64)
             for k in range(gamma + 1):
                 at = np.flatnonzero(n_accepted == k)
                 if at.size:  # u·total rounded up to total lands past the last possible token: step back
-                    found = np.searchsorted(law.cdf[k], final_u[rows][at] * law.cdf[k, -1], side="right")
+                    found = np.searchsorted(law.cdf[k], final_u[start:stop][at] * law.cdf[k, -1], side="right")
                     final[at] = np.minimum(found, law.last[k])
-        assemble(tokens, n_accepted, final, out=emitted[rows])
+        assemble(tokens, n_accepted, final, out=emitted[start:stop], at=b.row_starts, pad_mask=b.pad_mask,
+                 place=b.place)
     return emitted
+
+
+_BLOCKS = threading.local()  # each thread's last _Block: a run makes call after call of one shape
+
+
+def _block(rows: int, gamma: int, offsets: np.ndarray) -> _Block:
+    """A :class:`_Block` for blocks of ``rows`` rows, this thread's last one when it fits."""
+    last = getattr(_BLOCKS, "block", None)
+    if last is None or last.rows != rows or last.gamma != gamma or not np.array_equal(last.law_offsets, offsets):
+        last = _BLOCKS.block = _Block(rows, gamma, offsets)
+    return last
+
+
+class _Block:
+    """Buffers for one block of rows of the shared-law rule, reused call after call in a thread."""
+
+    def __init__(self, rows: int, gamma: int, offsets: np.ndarray) -> None:
+        self.gamma, self.law_offsets = gamma, offsets.copy()
+        self._offsets = np.tile(offsets, rows)  # flat, so the add is one pass (a [γ] broadcast loops per row)
+        self.width = next((w for w in _PACK if w >= gamma), None)
+        self._index = np.empty((rows, gamma), dtype=np.intp)
+        self._threshold = np.empty((rows, gamma))
+        self._accept = np.zeros((rows, self.width or gamma), dtype=bool)  # padding columns stay False
+        self._word = np.empty(rows, dtype=_PACK[self.width][0] if self.width else np.uint8)
+        self._n = np.empty(rows, dtype=np.intp)
+        self._scaled = np.empty(rows)
+        self._bucket = np.empty(rows, dtype=np.int32)
+        self._law_bucket = np.empty(rows, dtype=np.int32)
+        self._place = np.empty(rows, dtype=np.intp)
+        self._final = np.empty(rows, dtype=np.int64)
+        self._row_starts = np.arange(rows, dtype=np.intp) * (gamma + 1)
+        self._pad_mask = np.empty(rows, dtype=_pad_masks(gamma).dtype)
+        self.rows = rows
+
+    def first(self, rows: int) -> _Block:
+        """Views of the first ``rows`` rows of every buffer."""
+        self.m = rows
+        self.index, self.threshold = self._index[:rows], self._threshold[:rows]
+        self.accept, self.word, self.n = self._accept[:rows], self._word[:rows], self._n[:rows]
+        self.bucket, self.law_bucket, self.final = self._bucket[:rows], self._law_bucket[:rows], self._final[:rows]
+        self.scaled, self.place = self._scaled[:rows], self._place[:rows]
+        self.row_starts, self.offsets = self._row_starts[:rows], self._offsets[:rows * self.gamma]
+        self.pad_mask = self._pad_mask[:rows]
+        return self
+
+    def leading(self) -> np.ndarray:
+        """:func:`leading_true` of the block's acceptances, into the block's buffers."""
+        if self.width is None:
+            return leading_true(self.accept)
+        kind, mult, shift = _PACK[self.width]
+        word = self.accept.view(kind).reshape(self.m)
+        if self.width > 1:  # the bytes' low bits gathered into the word's top byte
+            np.multiply(word, kind(mult), out=self.word)
+            np.right_shift(self.word, kind(shift), out=self.word)
+            word = self.word
+        return _LEADING[self.width].take(word, out=self.n, mode="clip")
 
 
 #: Rows a block of the shared-law rule handles at once.
@@ -249,15 +334,22 @@ def _guide(keys: np.ndarray, token_at: np.ndarray, laws: int) -> np.ndarray:
     return np.where(low == high, low, -1).reshape(-1)
 
 
-def _grid_tokens(law: _SharedLaw, rows_law: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
+def _grid_tokens(law: _SharedLaw, rows_law: np.ndarray, uniforms: np.ndarray, block: _Block | None = None) -> np.ndarray:
     """Token of each row for u = m / 2^53 (numpy's ``random()``): the number of its law's
     cdf entries at most u·total, capped at the law's last possible token. The guide table
     gives it from u's leading bits (u·2^GUIDE_BITS is exact); where a bucket holds a key,
     one integer search over the (law, m) keys does."""
-    bucket = (uniforms * (1 << GUIDE_BITS)).astype(np.int64)
-    bucket += rows_law << GUIDE_BITS
-    tokens = law.guide.take(bucket)
-    unsure = np.flatnonzero(tokens < 0)
+    if block is None:
+        bucket = (uniforms * (1 << GUIDE_BITS)).astype(np.int64)
+        bucket += rows_law << GUIDE_BITS
+    else:  # in the block's buffers: u·2^GUIDE_BITS truncated, plus the law's first bucket
+        scaled = np.multiply(uniforms, 1 << GUIDE_BITS, out=block.scaled)
+        bucket = block.bucket  # int32: a float's conversion to it is vectorised, to int64 it is not
+        np.copyto(bucket, scaled, casting="unsafe")
+        np.left_shift(rows_law, GUIDE_BITS, out=block.law_bucket, casting="unsafe")
+        bucket += block.law_bucket
+    tokens = law.guide.take(bucket) if block is None else law.guide.take(bucket, out=block.final, mode="clip")
+    unsure = np.flatnonzero(tokens < 0)  # a bucket holding a key: a few rows in a thousand
     if unsure.size:
         key = (uniforms[unsure] * _GRID).astype(np.int64) | (rows_law[unsure] << 54)
         tokens[unsure] = law.token_at.take(np.searchsorted(law.keys, key, side="right"))
