@@ -97,3 +97,17 @@ def test_a_biased_law_still_fails():
     biased = goodness_of_fit(rng.multinomial(n, q), SEED_TARGET, false_fail_rate=rate)
     assert not biased.passed and biased.details["false_fail_basis"] == "proven"
     assert biased.min_detectable_tv < tv
+
+
+def test_the_bound_holds_for_a_sum_over_contexts():
+    """The tree suite sums G over contexts: independent multinomials given the contexts, so the
+    gamma bounds multiply (shape Σ (k_c − 1)); held here to three small contexts."""
+    laws = [SEED_TARGET, np.array([0.7, 0.3]), zipf(8)]
+    sizes = [20, 9, 30]
+    rng = np.random.default_rng(13)
+    total = sum(_n_kl(rng.multinomial(m, p, size=REPLICATES).astype(float), p) for p, m in zip(laws, sizes))
+    shape = sum(p.size - 1 for p in laws)
+    for x in np.linspace(shape, 3 * shape + 8, 10):
+        bound = multinomial_kl_tail(float(x), shape + 1)
+        hits = int((total >= x - 1e-12).sum())
+        assert _not_above(hits, REPLICATES, bound), f"P(sum n KL >= {x:.3g}) ~ {hits / REPLICATES} > {bound:.3g}"

@@ -222,19 +222,19 @@ def _goodness_of_fit(counts, probs, false_fail_rate, false_pass_rate, min_expect
     exp = np.bincount(bins, weights=expected, minlength=n_bins)
     df = n_bins - 1
     proven = iid and _proven_gof(false_fail_rate)
-    statistic, pvalue = 0.0, 1.0
+    statistic, pvalue, g = 0.0, 1.0, 0.0
     if df > 0:
         result = stats.chisquare(obs, exp)
         statistic, pvalue = float(result.statistic), float(result.pvalue)
-        if proven and pvalue <= KS_PROVEN_BELOW:  # G = 2 Σ o log(o/e): its proven tail, never below the law's
-            seen = obs > 0
-            g = 2.0 * float((obs[seen] * np.log(obs[seen] / exp[seen])).sum())
+        seen = obs > 0  # G = 2 Σ o log(o/e), the likelihood-ratio statistic the proven tail bounds
+        g = 2.0 * float((obs[seen] * np.log(obs[seen] / exp[seen])).sum())
+        if proven and pvalue <= KS_PROVEN_BELOW:  # never below the chi-square law's
             pvalue = max(pvalue, multinomial_kl_tail(g / 2.0, n_bins))
     if hits > 0:
         statistic, pvalue = math.inf, 0.0
     details = {"measured_tv": measured_tv, "bins": float(n_bins), "impossible_hits": hits,
                "pooled_mass": float(probs[possible][bins == n_bins - 1].sum()) if n_bins < possible.sum() else 0.0,
-               "false_fail_basis": "proven" if proven else "estimated"}
+               "g_statistic": g, "false_fail_basis": "proven" if proven else "estimated"}
     return TestResult("goodness_of_fit", statistic, pvalue, n, false_fail_rate,
                       _chi2_min_tv(n, df, false_fail_rate, false_pass_rate, proven), df, details)
 

@@ -26,7 +26,8 @@ from specgauge.fixtures.trees import TREE_FIXTURES, TreeFixture
 
 from specgauge.stattests.core.certificate import DEFAULT_FALSE_FAIL, Certificate, Rates, failure, record
 from specgauge.stattests.core.contract import PAD
-from specgauge.stattests.core.statistics import (TestResult, goodness_of_fit, independence_test, itemwise_error_rate, ks_uniformity,
+from specgauge.stattests.core.statistics import (KS_PROVEN_BELOW, TestResult, goodness_of_fit, independence_test,
+                                                 itemwise_error_rate, ks_uniformity, multinomial_kl_tail,
                          min_num_samples_for_ks_uniformity, pit_values)
 from specgauge.stattests.core.tree_contract import TreeDecoder
 from specgauge.stattests.tree.generate import GENERATION_CASES, generation_joint_law
@@ -65,10 +66,17 @@ def _summed_fit(cells: np.ndarray, tokens: np.ndarray, probs: np.ndarray, rates:
     statistic = float(sum(r.statistic for r in results))
     df = float(sum(r.df or 0 for r in results))
     pvalue = 0.0 if math.isinf(statistic) else (float(stats.chi2.sf(statistic, df)) if df > 0 else 1.0)
+    # given the contexts, their counts are independent multinomials: the gamma bounds on each
+    # context's moment generating function multiply (shape Σ df), so the summed G's tail is proven
+    proven = all(r.details.get("false_fail_basis") == "proven" for r in results)
+    if proven and 0 < pvalue <= KS_PROVEN_BELOW:
+        g = float(sum(r.details.get("g_statistic", 0.0) for r in results))
+        pvalue = max(pvalue, multinomial_kl_tail(g / 2.0, int(df) + 1))
     best = max(results, key=lambda r: r.n)
     measured = float(sum(r.n * r.details.get("measured_tv", 0.0) for r in results) / tokens.size)
     return TestResult(test, statistic, pvalue, int(tokens.size), rates.false_fail, best.min_detectable_tv, df,
-                      {"measured_tv": measured, "contexts": float(labels.size)})
+                      {"measured_tv": measured, "contexts": float(labels.size),
+                       "false_fail_basis": "proven" if proven else "estimated"})
 
 
 def _cell(run: TreeRun, rows: np.ndarray, depth: np.ndarray, prev: np.ndarray) -> np.ndarray:
