@@ -56,7 +56,7 @@ def _device(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="specgauge acceptance", description=(
+    p = _Parser(prog="specgauge acceptance", allow_abbrev=False, description=(
         "Measure each draft's acceptance on your prompts by teacher forcing: one forward pass of the target and "
         "of each draft over prompt + continuation gives α_t = Σ min(p_t, q_t) at every position, exactly."))
     p.add_argument("--target", required=True, help="HF model directory, toy:PAIR (a shipped toy LM), or MODULE:NAME")

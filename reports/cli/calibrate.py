@@ -344,6 +344,7 @@ def profile_fields(profile: Any) -> dict[str, Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
+        allow_abbrev=False,  # a prefix is refused, never read as the option it begins (`--out`, `--output-len`)
         prog="specgauge calibrate",
         description="Fit c_fixed + blend(c_weight, c_token·batched_tokens; knee) + c_kv·kv_tokens to measured step "
                     "times and write a profile TOML (GPU, model and steps) for --profiles.")

@@ -26,6 +26,7 @@ from .console import say
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
+        allow_abbrev=False,  # a prefix is refused, never read as the option it begins (`--out`, `--output-len`)
         prog="specgauge certify",
         description="Certify that a speculative decoder samples exactly from the target distribution.")
     parser.add_argument("--decoder", default=None,

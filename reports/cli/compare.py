@@ -20,6 +20,7 @@ tv = _number(float, lambda v: 0 < v <= 1, "a TV in (0, 1]")
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
+        allow_abbrev=False,  # a prefix is refused, never read as the option it begins (`--out`, `--output-len`)
         prog="specgauge compare",
         description="Certify that a server samples exactly: speculation on vs off (two-sample), against the "
                     "server's own top-k logprobs, or against a local reference model (teacher forcing).")

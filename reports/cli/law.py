@@ -172,6 +172,7 @@ def seed_example(rounds: int, seed: int, decoder: object | None = None, gamma: i
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
+        allow_abbrev=False,  # a prefix is refused, never read as the option it begins (`--out`, `--output-len`)
         prog="specgauge law",
         description="Tokens per pass and speed-up against acceptance α for several γ: "
         "closed form and a Monte Carlo check through a contract decoder.",

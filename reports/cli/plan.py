@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .options import add_simulation_options
 
     parser = argparse.ArgumentParser(
+        allow_abbrev=False,  # a prefix is refused, never read as the option it begins (`--out`, `--output-len`)
         prog="specgauge plan",
         description="Sweep the serving simulator over γ, batch caps, request rates, drafts and GPUs, "
         "write one CSV row per configuration and a decision summary. Every option not given keeps the "

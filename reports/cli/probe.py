@@ -64,6 +64,7 @@ def server_url(text: str) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
+        allow_abbrev=False,  # a prefix is refused, never read as the option it begins (`--out`, `--output-len`)
         prog="specgauge probe",
         description="Sample an OpenAI-compatible endpoint (/v1/completions or chat) into an append-only JSONL "
                     "that a rerun resumes; `specgauge compare` certifies it.")

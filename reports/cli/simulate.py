@@ -19,6 +19,7 @@ from specgauge.simulator import memory_plan, simulate
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
+        allow_abbrev=False,  # a prefix is refused, never read as the option it begins (`--out`, `--output-len`)
         prog="specgauge simulate",
         description="Simulate one serving configuration with speculative decoding against its paired "
                     "no-speculation baseline (same arrivals and lengths). Lengths are in tokens, times in ms.")

@@ -27,6 +27,7 @@ from .console import say
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
+        allow_abbrev=False,  # a prefix is refused, never read as the option it begins (`--out`, `--output-len`)
         prog="specgauge validate",
         description="Predict the published measurements specgauge ships (and your own), in sample and with each "
                     "source left out; print the share within ±15 %, the coverage of the planner's intervals and "
