@@ -45,6 +45,14 @@ def test_a_bad_result_is_one_line_and_exit_status_2(tmp_path, capsys, suffix, wo
     assert words in err and "\n" not in err
 
 
+@pytest.mark.parametrize("suffix", ["", ":gpu=h100,target=llama-3.1-70b"])
+def test_a_missing_result_file_is_named_as_missing(tmp_path, capsys, suffix):
+    """Whether or not its deployment is given, a missing file is refused for being missing."""
+    assert main(["validate", "--add", str(tmp_path / "absent.json") + suffix]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "does not exist" in err[0] and "deployment" not in err[0], err
+
+
 def test_a_speculative_result_without_its_draft_is_refused(tmp_path, capsys):
     path = _json(tmp_path, {**VLLM_RESULT, "spec_decode_acceptance_length": 2.1})
     assert main(["validate", "--add", f"{path}:gpu=h100,target=llama-3.1-8b"]) == 2

@@ -645,11 +645,11 @@ def rows_from_result(text: str) -> pd.DataFrame:
     path, options = check_spec_options(text, RESULT_OPTIONS)
     if path.suffix.lower() == ".csv":
         raise ValidationInputError(f"{text!r}: a CSV of rows takes no options; put gpu, target, ... in its columns")
+    data = check_json_object(path)  # a missing or unreadable file is named as such first
     missing = [k for k in ("gpu", "target") if k not in options]
     if missing:
         raise ValidationInputError(f"{text!r}: a benchmark result does not record its deployment; give "
                                    f"{path}:gpu=NAME,target=NAME[,tp=N,draft=NAME,gamma=K]")
-    data = check_json_object(path)
     where = repr(str(path))
     concurrency, input_len, output_len, tpot_s = check_serve_result(data, where)
     length_key = accepted_length_key(data)
