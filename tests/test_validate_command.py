@@ -27,6 +27,25 @@ def test_a_vllm_result_becomes_a_tpot_row_at_its_concurrency(tmp_path):
     assert (row["prompt_len"], row["output_len"], row["gamma"], row["source"]) == ("1000", "250", "0", "ours")
 
 
+def test_a_serve_result_is_simulated_as_the_closed_loop_its_client_ran(tmp_path):
+    """``--max-concurrency`` holds that many requests in flight: the row runs the simulator's closed
+    loop in its steady state, not every request at once in lock-step waves."""
+    path = _json(tmp_path, VLLM_RESULT)
+    row = V.rows_from_result(f"{path}:gpu=h100,target=llama-3.1-8b").iloc[0]
+    config = V.row_config(row)
+    assert (row["arrival"], config.arrival, config.batch_size, config.qps) == ("closed", "closed", 8, None)
+
+
+def test_the_shipped_rows_run_as_their_sources_sent_requests():
+    """Runs at a max concurrency are closed loops; runs at a request rate Poisson; offline batches and
+    runs sending every prompt at once keep the saturated default."""
+    table = V.shipped_table()
+    closed = table[table["arrival"] == "closed"]
+    assert set(closed["source"]) == {"[10]", "[11]", "[19]"} and (closed["qps"] == "").all()
+    assert (table.loc[table["qps"] != "", "arrival"] == "poisson").all()
+    assert V.row_config(closed.iloc[0]).arrival == "closed"
+
+
 def test_an_sglang_speculative_result_takes_alpha_from_its_accept_length(tmp_path):
     path = _json(tmp_path, {**VLLM_RESULT, "accept_length": 2.4})
     row = V.rows_from_result(f"{path}:gpu=h200,target=qwen3-32b,draft=eagle,gamma=3").iloc[0]
@@ -65,6 +84,12 @@ def test_a_speculative_result_without_its_draft_is_refused(tmp_path, capsys):
     ("source,setup,measured,published,gpu,target\n[x],r,speedup,-1,h100,llama-3.1-8b\n", "published must be a number > 0"),
     ("source,setup,measured,published,gpu,target,alpha\n[x],r,speedup,1.2,h100,llama-3.1-8b,row:nope\n", "names no row id"),
     ("source,setup,measured,published,gpu,target\n", "header but no rows"),
+    ("source,setup,measured,published,gpu,target,arrival\n[x],r,tpot_ms,7,h100,llama-3.1-8b,burst\n",
+     "arrival 'burst' is not one of closed, poisson"),
+    ("source,setup,measured,published,gpu,target,arrival,qps\n[x],r,tpot_ms,7,h100,llama-3.1-8b,closed,2\n",
+     "arrival closed holds batch_size requests in flight; drop qps"),
+    ("source,setup,measured,published,gpu,target,arrival\n[x],r,tpot_ms,7,h100,llama-3.1-8b,poisson\n",
+     "arrival poisson needs a qps"),
 ])
 def test_a_bad_csv_is_one_line_and_exit_status_2(tmp_path, capsys, body, words):
     path = tmp_path / "rows.csv"

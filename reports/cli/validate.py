@@ -139,6 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     say(f"leave one source out: {out_hit} of {out_n} predicted rows within ±15 % ({out_hit / out_n:.0%}); on the "
         f"datasheet prior alone (no curve fitted on its own no-speculation points): {prior_hit} of {prior_n} "
         f"({prior_hit / prior_n:.0%})")
+    by_figure = V.share_by_figure(folds[folds["variant"] == "as published"])
+    (rel_hit, rel_n), (abs_hit, abs_n) = by_figure["relative"], by_figure["absolute"]
+    say(f"  of which speed-ups and throughput ratios {rel_hit} of {rel_n} ({rel_hit / max(rel_n, 1):.0%}); absolute "
+        f"figures (TPOT, throughput, latency) {abs_hit} of {abs_n} ({abs_hit / max(abs_n, 1):.0%})")
     for line in coverage_lines(rows, level):
         say(line)
     if user_rows is not None:

@@ -46,7 +46,7 @@ from specgauge.errors import InputFileError
 DATA = ("planning", "data")
 COLUMNS = ["id", "source", "locator", "setup", "measured", "published", "role", "alpha", "accepted_length",
            "alpha_source", "gpu", "target", "draft", "tp", "dp", "ep", "draft_tp", "gamma", "prompt_len", "output_len",
-           "batch_size", "spec_batch_size", "qps", "requests", "empty_proposals", "draft_kv_budget", "versus",
+           "batch_size", "spec_batch_size", "qps", "arrival", "requests", "empty_proposals", "draft_kv_budget", "versus",
            "fit_group", "baseline", "baseline_unit", "engine", "year", "note"]
 REQUIRED = ["source", "setup", "measured", "published", "gpu", "target"]
 MEASURES = ("speedup", "decode_speedup", "tpot_ms", "output_throughput", "duration_s", "throughput_ratio", "pass_ms",
@@ -55,6 +55,11 @@ ROLES = ("check", "calibrated", "predicted")
 INTEGER_FIELDS = ("tp", "dp", "ep", "draft_tp", "gamma", "prompt_len", "output_len", "batch_size", "spec_batch_size",
                   "requests", "draft_kv_budget")
 FLOAT_FIELDS = ("qps", "empty_proposals")
+#: How a row's source sent its requests: empty, every request at once (a saturated run, or an
+#: offline batch); ``closed``, a client holding ``batch_size`` in flight (``vllm bench serve`` /
+#: ``sglang.bench_serving --max-concurrency``), simulated in its steady state; ``poisson``, at
+#: the row's ``qps``.
+ARRIVAL_VALUES = ("", "closed", "poisson")
 #: The sources whose numbers set shipped constants (``fold_profile`` refits them without the source):
 #: SpecDecode-Bench's per-round EAGLE-3 fit and the K sweep of vLLM issue #20780.
 FIT_SOURCE, K_SWEEP_SOURCE = "[1]", "[14]"
@@ -135,6 +140,13 @@ def check_table(frame: pd.DataFrame, where: str) -> pd.DataFrame:
         for name in FLOAT_FIELDS + ("accepted_length", "baseline"):
             if getattr(row, name) != "":
                 _float(getattr(row, name), f"{line}: {name}")
+        if row.arrival not in ARRIVAL_VALUES:
+            raise ValidationInputError(f"{line}: arrival {row.arrival!r} is not one of closed, poisson or empty "
+                                       f"(every request at once)")
+        if row.arrival == "closed" and row.qps != "":
+            raise ValidationInputError(f"{line}: arrival closed holds batch_size requests in flight; drop qps {row.qps}")
+        if row.arrival == "poisson" and row.qps == "":
+            raise ValidationInputError(f"{line}: arrival poisson needs a qps")
         alpha = row.alpha
         if alpha not in ("", "calibrate", "length") and not alpha.startswith("row:"):
             a = _float(alpha, f"{line}: alpha")
@@ -188,6 +200,8 @@ def row_config(row, profiles: str | None = None):
     for name in FLOAT_FIELDS:
         if row.get(name, "") != "":
             fields[name] = float(row[name])
+    if row.get("arrival", ""):
+        fields["arrival"] = row["arrival"]
     if fields["draft"] is None:
         fields["gamma"] = 0
     fields.setdefault("requests", max(4 * int(fields.get("batch_size", 64)), 16))
@@ -598,6 +612,17 @@ def share(frame: pd.DataFrame) -> tuple[int, int]:
     return int(((predicted["ratio"] - 1).abs() <= WITHIN).sum()), len(predicted)
 
 
+#: Figures that are a ratio of two runs on the same deployment (the engine's own costs largely cancel),
+#: against the absolute ones (TPOT, throughput, latency), whose error is the step model's whole error.
+RELATIVE_MEASURES = ("speedup", "decode_speedup", "throughput_ratio")
+
+
+def share_by_figure(frame: pd.DataFrame) -> dict[str, tuple[int, int]]:
+    """``share`` of the relative figures (speed-ups, ratios) and of the absolute ones apart."""
+    relative = frame["measured"].isin(RELATIVE_MEASURES)
+    return {"relative": share(frame[relative]), "absolute": share(frame[~relative])}
+
+
 def binomial_interval(hits: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
     """Clopper-Pearson interval of a share (for coverage: a nominal 90 % that covers 70 % is a defect)."""
     from scipy.stats import binomtest
@@ -635,7 +660,8 @@ RESULT_OPTIONS: dict[str, type] = {"gpu": str, "target": str, "tp": int, "dp": i
 def rows_from_result(text: str) -> pd.DataFrame:
     """``FILE.json:gpu=G,target=M[,tp=N,draft=D,gamma=K,source=NAME]``: a ``vllm bench serve
     --save-result`` or ``sglang.bench_serving`` result as one predicted row of its mean TPOT at
-    its max concurrency and mean lengths; a speculative run's α from its accepted length.
+    its max concurrency and mean lengths, simulated as the closed loop the client ran
+    (``arrival`` closed); a speculative run's α from its accepted length.
     ``FILE.csv``: rows in the shipped table's schema."""
     from specgauge.reports.planning.bench_results import (accepted_length_key, check_json_object, check_serve_result,
                                                          check_spec_options, spec_gamma)
@@ -661,7 +687,8 @@ def rows_from_result(text: str) -> pd.DataFrame:
                target=options["target"], tp=str(options.get("tp", 1)), dp=str(options.get("dp", 1)),
                ep=str(options.get("ep", 1)), batch_size=str(max(int(round(concurrency)), 1)),
                prompt_len=str(max(int(round(input_len)), 1)), output_len=str(max(int(round(output_len)), 1)),
-               requests=str(max(4 * int(round(concurrency)), 16)), engine="", note="a user's run")
+               requests=str(max(4 * int(round(concurrency)), 16)), arrival="closed", engine="",
+               note="a user's run (a closed loop at its max concurrency)")
     if length_key is not None:
         if not draft:
             raise ValidationInputError(f"{text!r}: a speculative run: say what drafted, e.g. {path}:draft=eagle,...")
