@@ -86,10 +86,20 @@ def coverage_lines(rows: pd.DataFrame, level: float) -> list[str]:
     lines = [f"{level:.0%} intervals, each source held out: {hits} of {n} predicted rows covered ({hits / n:.0%}; "
              f"95 % CI {low:.0%}-{high:.0%})"]
     lines.append("  group                               rows  sources  covered  median half-width")
-    for (kind, profile), group in predicted.groupby(["kind", "profile"], sort=True):
+    from specgauge.reports.planning.intervals import LOAD_BANDS, load_band
+
+    def line(label: str, group: pd.DataFrame) -> str:
         width = np.expm1(group["q"].replace(np.inf, np.nan)).median()
-        lines.append(f"  {kind + ', ' + profile + ' profile':<36}{len(group):>4}  {group['source'].nunique():>7}  "
-                     f"{group['covered'].mean():>6.0%}  " + ("unbounded" if not np.isfinite(width) else f"±{width:.0%}"))
+        return (f"  {label:<36}{len(group):>4}  {group['source'].nunique():>7}  {group['covered'].mean():>6.0%}  "
+                + ("unbounded" if not np.isfinite(width) else f"±{width:.0%}"))
+
+    bands = predicted["load"].map(load_band)
+    for (kind, profile), group in predicted.groupby(["kind", "profile"], sort=True):
+        lines.append(line(f"{kind}, {profile} profile", group))
+        for name, _ in LOAD_BANDS:   # the intervals' own groups, each with its load band
+            inside = group[bands.loc[group.index] == name]
+            if len(inside):
+                lines.append(line(f"  batch {name}", inside))
     return lines
 
 
