@@ -1,4 +1,5 @@
-"""Two-sample closeness per context: the Chan–Diakonikolas–Valiant–Valiant statistic, permutation-calibrated.
+"""Two-sample closeness per context: the Chan–Diakonikolas–Valiant–Valiant statistic, permutation-calibrated,
+and a Chernoff scan where the rate is beyond any permutation's reach.
 
 At one context (a prompt and the tokens before a position) arm 0 drew counts ``x`` and arm 1
 counts ``y`` over the same tokens. The statistic (Chan, Diakonikolas, Valiant and Valiant 2014,
@@ -8,21 +9,33 @@ in the unequal-size form of Bhattacharya and Valiant 2015)
 
 is calibrated by swapping arm labels: given the pooled counts, an arm's counts under equal laws
 are multivariate hypergeometric, so the p-value (1 + #{Z_perm ≥ Z}) / (1 + R) is exact at any
-R (never below the nominal level). To reject at rate ``a`` it needs R ≥ 20 / a replicates; a
-context whose rate asks for more than :data:`MAX_REPLICATES` is named, not tested.
+R (never below the nominal level). To reject at rate ``a`` it needs R ≥ 20 / a replicates.
+
+Where that is more than :data:`MAX_REPLICATES` (the default false-fail 10⁻⁶ shared among contexts
+asks for about 10¹⁰), the context is tested by a **scan with a proven level** instead: over the
+subsets A fixed by the pooled counts (each token, and each prefix of the tokens in decreasing
+pooled count), the count X(A) is hypergeometric given the pooled counts, and Hoeffding (1963,
+§6) bounds its tails by the binomial Chernoff bound, P(X(A) ≥ x) ≤ exp(−n_x KL(x/n_x ‖ π_A)),
+π_A the pooled share, as Serfling (1974) does with the finite-population factor,
+exp(−2 n_x (x/n_x − π_A)² / (1 − (n_x − 1)/N)); the better of the two holds. Arm 1's count in A
+bounds the opposite tail of the same X(A), and nested events' union is the larger, so each
+subset spends two tails. A union over them and the 2V − 1 subsets rejects when the largest
+exponent passes log(2 (2V − 1) / a): false-fail at most ``a``, proven, at any rate, in closed form.
 
 The figure per context is *calibrated by simulation*, not proven: the smallest TV at which the
 worst of :data:`ALTERNATIVES` (laws built from the pooled law at the context, at the sizes
-observed) is detected with simulated probability ``1 - false_pass_rate`` against the context's
-own permutation critical value. An alternative outside that family can be harder.
+observed) is detected with simulated probability ``1 - false_pass_rate`` by the context's own
+test. An alternative outside that family can be harder.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.special import rel_entr
 
 from specgauge.stattests.core.statistics import DEFAULT_FALSE_PASS
 
@@ -37,18 +50,24 @@ ALTERNATIVES = ("heavy half to light half", "light half to heavy half", "onto th
 FIGURE = ("CALIBRATED BY SIMULATION, not proven: the worst over the tested contexts of the smallest TV at which each "
           "alternative built from a context's pooled law (mass moved between the heavy and light halves either way, "
           "onto its lightest token, onto a new token) is detected with simulated power 0.999 at the sizes observed "
-          "(CDVV closeness statistic, permutation level exact); alternatives outside that family may be harder")
+          "(CDVV closeness statistic with an exact permutation level, or a Chernoff scan with a proven level where "
+          "the rate needs more replicates); alternatives outside that family may be harder")
+
+#: Decides, per row of simulated counts ``x[S, V]``, ``y[S, V]``, whether a context's test rejects.
+Rejects = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 @dataclass(frozen=True)
 class Closeness:
-    """One context's closeness test: exact-level permutation p-value and simulated worst-case figure."""
+    """One context's closeness test: its level (exact permutation or proven Chernoff scan) and its
+    simulated worst-case figure."""
 
     statistic: float
     pvalue: float
-    replicates: int
-    critical: float        # reject when the statistic exceeds it (inf: the rate is out of reach)
+    replicates: int        # permutation replicates drawn (0: the Chernoff scan, or untested)
+    critical: float        # reject when the statistic reaches it (inf: untested)
     figure: float          # smallest TV detected at power 1 - false_pass_rate by every alternative (inf: none)
+    method: str = "permutation"   # "permutation" | "Chernoff scan" | "untested"
 
 
 def cdvv(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -63,6 +82,42 @@ def cdvv(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return terms.sum(axis=-1) / (nx[..., 0] * ny[..., 0])
 
 
+def _exponent(count: np.ndarray, n: np.ndarray, share: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """The better of two proven tail exponents for a hypergeometric count (``n`` draws without
+    replacement from ``total`` with success ``share``): Hoeffding's Chernoff, n KL(count/n ‖ share),
+    and Serfling's (1974), 2 n (count/n − share)² / (1 − (n − 1)/total), which keeps the
+    finite-population factor (about 2 at equal arms) that the first gives up."""
+    a = count / n
+    chernoff = n * (rel_entr(a, share) + rel_entr(1.0 - a, 1.0 - share))
+    return np.maximum(chernoff, 2.0 * n * (a - share) ** 2 / (1.0 - (n - 1.0) / total))
+
+
+def scan(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The scan's statistic per row of counts ``x[..., V]``, ``y[..., V]``, and its family size.
+
+    Statistic: the largest proven tail exponent (:func:`_exponent`) over the subsets fixed by the
+    pooled counts m = x + y (each token, each prefix of the tokens in decreasing m), of either arm's
+    count in the subset against the pooled share π_A. Family size:
+    2V' − 1 subsets, V' the tokens with m > 0 (the rest add nothing but repeats)."""
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    nx, ny = x.sum(axis=-1, keepdims=True), y.sum(axis=-1, keepdims=True)
+    m = x + y
+    order = np.argsort(-m, axis=-1, kind="stable")
+    cx = np.cumsum(np.take_along_axis(x, order, axis=-1), axis=-1)[..., :-1]
+    cm = np.cumsum(np.take_along_axis(m, order, axis=-1), axis=-1)[..., :-1]
+    a_x, a_m = np.concatenate([x, cx], axis=-1), np.concatenate([m, cm], axis=-1)
+    total = nx + ny
+    share = a_m / total
+    exponent = np.maximum(_exponent(a_x, nx, share, total), _exponent(a_m - a_x, ny, share, total))
+    support = (m > 0).sum(axis=-1)
+    return exponent.max(axis=-1), 2 * support - 1
+
+
+def scan_critical(family: np.ndarray | int, rate: float) -> np.ndarray:
+    """The exponent at which the scan rejects at ``rate``: a union over two tails and ``family`` subsets."""
+    return np.log(2.0 * np.asarray(family, np.float64) / rate)
+
+
 def replicates_for(rate: float) -> int:
     """Permutation replicates that let a context reject at ``rate`` with about 20 exceedances to spare."""
     return math.ceil(20.0 / rate)
@@ -70,20 +125,36 @@ def replicates_for(rate: float) -> int:
 
 def closeness(x: np.ndarray, y: np.ndarray, rate: float, rng: np.random.Generator, *,
               false_pass_rate: float = DEFAULT_FALSE_PASS, figure: bool = True) -> Closeness:
-    """Test arm counts ``x`` and ``y`` at one context at false-fail ``rate`` (label-swapping calibration)."""
+    """Test arm counts ``x`` and ``y`` at one context at false-fail ``rate``: by label swapping where
+    :data:`MAX_REPLICATES` reach the rate, else by the Chernoff scan (level proven)."""
     x, y = np.asarray(x, np.int64), np.asarray(y, np.int64)
     nx, m = int(x.sum()), x + y
-    z = float(cdvv(x, y))
+    if (m > 0).sum() < 2:
+        return Closeness(0.0, 1.0, 0, math.inf, math.inf, "untested")
+    q = m / m.sum()
     r = replicates_for(rate)
-    if r > MAX_REPLICATES or (m > 0).sum() < 2:
-        return Closeness(z, 1.0, 0, math.inf, math.inf)
+    if r > MAX_REPLICATES:
+        statistic, family = scan(x, y)
+        z, critical = float(statistic), float(scan_critical(family, rate))
+        pvalue = float(min(1.0, 2.0 * family * math.exp(-z)))
+
+        def rejects(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+            stat, fam = scan(xs, ys)
+            return stat >= scan_critical(fam, rate)
+
+        tv = figure_of(q, nx, int(y.sum()), rejects, rng, false_pass_rate) if figure else math.inf
+        return Closeness(z, pvalue, 0, critical, tv, "Chernoff scan")
+    z = float(cdvv(x, y))
     perm = rng.multivariate_hypergeometric(m, nx, size=r, method="marginals")
     zs = cdvv(perm, m - perm)
     pvalue = float((1 + np.count_nonzero(zs >= z - 1e-12 * max(1.0, abs(z)))) / (1 + r))
     # the smallest z with (1 + #{Z_perm >= z}) / (1 + R) <= rate: above the (e+1)-th largest replicate
     allowed = math.floor(rate * (1 + r) - 1)
     critical = float(np.sort(zs)[::-1][allowed]) if allowed >= 0 else math.inf
-    tv = figure_of(m / m.sum(), nx, int(y.sum()), critical, rng, false_pass_rate) if figure else math.inf
+    if not math.isfinite(critical):
+        return Closeness(z, pvalue, r, critical, math.inf)
+    tv = figure_of(q, nx, int(y.sum()), lambda xs, ys: cdvv(xs, ys) > critical, rng,
+                   false_pass_rate) if figure else math.inf
     return Closeness(z, pvalue, r, critical, tv)
 
 
@@ -111,7 +182,7 @@ def alternatives(q: np.ndarray, tv: float) -> list[np.ndarray]:
     return [np.clip(p, 0.0, None) / np.clip(p, 0.0, None).sum() for p in out]
 
 
-def detection(q: np.ndarray, nx: int, ny: int, tv: float, critical: float, rng: np.random.Generator,
+def detection(q: np.ndarray, nx: int, ny: int, tv: float, rejects: Rejects, rng: np.random.Generator,
               sims: int = POWER_SIMULATIONS) -> float:
     """The smallest simulated detection rate over the alternatives at ``tv`` (arm 0 from ``q``, arm 1 moved)."""
     laws = alternatives(q, tv)
@@ -122,25 +193,23 @@ def detection(q: np.ndarray, nx: int, ny: int, tv: float, critical: float, rng: 
     for p in laws:
         x = rng.multinomial(nx, base, size=sims)
         y = rng.multinomial(ny, p, size=sims)
-        rates.append(float(np.mean(cdvv(x, y) > critical)))
+        rates.append(float(np.mean(rejects(x, y))))
     return min(rates)
 
 
-def figure_of(q: np.ndarray, nx: int, ny: int, critical: float, rng: np.random.Generator,
+def figure_of(q: np.ndarray, nx: int, ny: int, rejects: Rejects, rng: np.random.Generator,
               false_pass_rate: float = DEFAULT_FALSE_PASS, steps: int = 9) -> float:
     """The smallest TV (bisection, to 2⁻⁹) at which every alternative is detected at power
     ``1 - false_pass_rate`` in simulation; inf where even the largest TV they allow is not."""
-    if not math.isfinite(critical):
-        return math.inf
     power = 1.0 - false_pass_rate
     hi = max(float(np.sort(q)[::-1][0]), 0.5)  # a move of the heavy half's mass at most
     hi = min(hi, 1.0 - 1e-9)
-    if detection(q, nx, ny, hi, critical, rng) < power:
+    if detection(q, nx, ny, hi, rejects, rng) < power:
         return math.inf
     lo = 0.0
     for _ in range(steps):
         mid = 0.5 * (lo + hi)
-        if detection(q, nx, ny, mid, critical, rng) >= power:
+        if detection(q, nx, ny, mid, rejects, rng) >= power:
             hi = mid
         else:
             lo = mid

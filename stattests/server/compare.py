@@ -537,8 +537,9 @@ def two_sample(baseline: ProbeRun, candidate: ProbeRun, *, false_fail_rate: floa
 def _closeness_row(context: np.ndarray, token: np.ndarray, arm: np.ndarray, rate: float,
                    rng: np.random.Generator) -> TestResult:
     """Every context with :data:`MIN_CONTEXT_DRAWS` draws in each arm tested on its own (CDVV statistic,
-    permutation level), at ``rate`` shared among them; the figure is the worst context's, calibrated by
-    simulation. Contexts with fewer draws, or a rate the permutation cannot reach, are named in words."""
+    permutation level, or the Chernoff scan's proven level where the permutation cannot reach the rate),
+    at ``rate`` shared among them; the figure is the worst context's, calibrated by simulation. Contexts
+    with fewer draws are named in words."""
     cells, of = np.unique(np.stack([context, token]), axis=1, return_inverse=True)
     of = of.ravel()
     counts = np.zeros((2, cells.shape[1]), np.int64)
@@ -555,11 +556,6 @@ def _closeness_row(context: np.ndarray, token: np.ndarray, arm: np.ndarray, rate
         return TestResult("closeness", 0.0, 1.0, 0, rate, math.inf, 0, {"message": (
             f"no per-context figure: no context has {MIN_CONTEXT_DRAWS} draws in each arm{skipped}")})
     each = rate / heavy.size
-    if replicates_for(each) > MAX_REPLICATES:
-        return TestResult("closeness", 0.0, 1.0, 0, rate, math.inf, 0, {"message": (
-            f"no per-context figure: {heavy.size} contexts at false-fail {each:.2g} each need "
-            f"{replicates_for(each):.3g} permutation replicates apiece, more than {MAX_REPLICATES:,} (raise "
-            f"--false-fail or compare fewer positions){skipped}")})
     results = [closeness(counts[0, group_of == g], counts[1, group_of == g], each, rng) for g in heavy]
     figures = np.asarray([r.figure for r in results])
     stated = np.isfinite(figures)
@@ -575,10 +571,14 @@ def _closeness_row(context: np.ndarray, token: np.ndarray, arm: np.ndarray, rate
                 f"{int(per_arm[1, heavy[worst]])} draws)")
     else:
         figure, said = math.inf, "no per-context figure"
+    permuted = replicates_for(each) <= MAX_REPLICATES
+    level = (f"{replicates_for(each):,} permutation replicates, exact level" if permuted else
+             f"Chernoff scan, proven level: {replicates_for(each):.3g} permutation replicates would be needed")
     message = (f"{heavy.size} contexts with {MIN_CONTEXT_DRAWS}+ draws an arm, each at false-fail {each:.2g} "
-               f"({results[0].replicates:,} permutation replicates): {said}{small}{skipped}")
+               f"({level}): {said}{small}{skipped}")
     return TestResult("closeness", float(max(r.statistic for r in results)), pvalue, n, rate, figure, 0,
-                      {"contexts": float(stated.sum()), "message": message})
+                      {"contexts": float(stated.sum()), "message": message,
+                       "false_fail_basis": "exact" if permuted else "proven"})
 
 
 def _independence_rows(run: ProbeRun, rate: float, where: str = "") -> list[ServerRow]:
