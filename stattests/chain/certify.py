@@ -16,6 +16,7 @@ import pandas as pd
 
 from specgauge.errors import SpecgaugeError
 from specgauge.fixtures.pairs import FIXTURES, PairFixture
+from specgauge.fixtures.gemma3_laws import fixtures as gemma3_law_fixtures
 from specgauge.fixtures.real_laws import fixtures as real_law_fixtures
 
 from specgauge.stattests.chain.checks import CHECKS, Check, position_label
@@ -34,6 +35,7 @@ DEFAULT_TV = 0.005
 IDENTITY_SIZED_VOCAB = 4096
 #: Every fixture of the plan: distribution pairs and whole-sequence cases.
 ALL_FIXTURES: dict[str, PairFixture | SequenceCase] = {**FIXTURES, **{f.name: f for f in real_law_fixtures()},
+                                                        **{f.name: f for f in gemma3_law_fixtures()},  # slow tier
                                                         **SEQUENCE_CASES}
 
 
