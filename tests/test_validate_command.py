@@ -46,6 +46,28 @@ def test_the_shipped_rows_run_as_their_sources_sent_requests():
     assert V.row_config(closed.iloc[0]).arrival == "closed"
 
 
+def test_the_coverage_is_printed_for_every_interval_group_with_its_load_bands():
+    """The intervals are computed per kind, profile and load band: each band's coverage and
+    median half-width is printed under its kind and profile."""
+    import math
+
+    import pandas as pd
+
+    from specgauge.reports.cli.validate import coverage_lines
+
+    rows = pd.DataFrame({"role": ["predicted"] * 4, "source": ["[a]", "[a]", "[b]", "[c]"],
+                         "kind": ["moe"] * 4, "profile": ["prior"] * 4, "load": [1.0, 8.0, 8.0, 64.0],
+                         "q": [math.log(2.0), math.log(1.2), math.log(1.4), math.inf],
+                         "covered": [True, True, False, True]})
+    lines = coverage_lines(rows, 0.9)
+    assert "3 of 4 predicted rows covered" in lines[0]
+    body = [line.split() for line in lines[2:]]
+    assert body[0][:4] == ["moe,", "prior", "profile", "4"]
+    assert body[1] == ["batch", "1", "1", "1", "100%", "±100%"]
+    assert body[2] == ["batch", "2-16", "2", "2", "50%", "±30%"]
+    assert body[3] == ["batch", "over", "16", "1", "1", "100%", "unbounded"]
+
+
 def test_an_sglang_speculative_result_takes_alpha_from_its_accept_length(tmp_path):
     path = _json(tmp_path, {**VLLM_RESULT, "accept_length": 2.4})
     row = V.rows_from_result(f"{path}:gpu=h200,target=qwen3-32b,draft=eagle,gamma=3").iloc[0]
