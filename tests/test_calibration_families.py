@@ -237,22 +237,6 @@ def test_independence_is_calibrated_on_every_fixture(name):
                           conservative=reps < REPLICATES or n < 5000)
 
 
-def test_call_block_test_is_calibrated():
-    """The calls × tokens table of a call's whole block of rows (every lag at once)."""
-    p = FIXTURES["zipf-1k-tv0.2"].target[0]
-    calls, b = 16, 3000
-    rng = np.random.default_rng(31)
-    pvalues = []
-    for _ in range(REPLICATES // 2):
-        counts = rng.multinomial(b, p, size=calls)
-        total = counts.sum(axis=0)
-        bins = _pool(total * (b / total.sum()), MIN_EXPECTED)
-        table = np.zeros((calls, bins.max() + 1))
-        np.add.at(table.T, bins, counts.T)
-        pvalues.append(stats.chi2_contingency(table, correction=False).pvalue)
-    assert_calibrated(np.array(pvalues), f"call block, {calls} calls of {b} rows")
-
-
 def test_old_pooling_was_miscalibrated():
     """The calibration test would have caught the old rule: pooling each margin against the
     other's most common category leaves sparse cells, and the 1e-3 tail comes out too heavy."""

@@ -5,7 +5,7 @@
 * the stated figure is no smaller than what the exact moments give in the directions the
   power tests search, and the proven figure is never below it;
 * rows needed scale with the instance (‖p‖_{2/3}), not with √V, on peaked laws;
-* the dispersion test behind ``independence-calls`` is calibrated under independent draws
+* the dispersion test behind ``independence-calls`` fails independent draws no more often than its rate
   and fails a decoder whose bonus draws come from a low-discrepancy stream carried from
   call to call (``herded-remainder``), which every other exactness check passes on
   seed-six-token.
@@ -119,9 +119,9 @@ DISPERSION_SHAPES = [("seed-six-token", 4), ("zipf-1k-tv0.05", 2), ("batch1-g5",
 
 @pytest.mark.parametrize("name, k", DISPERSION_SHAPES)
 def test_dispersion_is_calibrated_under_independent_draws(name, k):
-    """p-values of the blocks × bands test on i.i.d. draws from p_k at the default tier's n
-    (at most 50,000: the cells expect ≥ 10 draws whatever n): tail rates at 1e-2 and 1e-3
-    within Binomial(N, tail) (two-sided)."""
+    """p-values of the band test on i.i.d. draws from p_k at the default tier's n (at most
+    50,000): below 1e-2 and 1e-3 no more often than that (the p-value is a proven bound,
+    so conservative: one-sided)."""
     f = FIXTURES[name]
     p = f.target[k]
     n = int(min(CONFIG.rows(f) * emission_probability(f)[k], 50_000))
@@ -133,7 +133,7 @@ def test_dispersion_is_calibrated_under_independent_draws(name, k):
                                         false_pass_rate=CONFIG.false_pass).pvalue for _ in range(reps)])
     for tail in (1e-2, 1e-3):
         hits = int((pvalues < tail).sum())
-        pvalue = stats.binomtest(hits, reps, tail).pvalue
+        pvalue = stats.binomtest(hits, reps, tail, alternative="greater").pvalue
         print(f"{name} position {k}, n {n}: {hits} of {reps} below {tail:g} (binomial p-value {pvalue:.3g})")
         assert pvalue >= META_RATE
 

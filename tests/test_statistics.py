@@ -74,6 +74,8 @@ def test_acceptance_rate_impossible_outcome_fails():
 
 
 def test_independence_matches_scipy_contingency():
+    """Pearson's X² of the table; above 1e-3 the chi-square law's upper tail, and the exact
+    hypergeometric cells' Bonferroni p-value beside it (never below it at a verdict's rates)."""
     rng = np.random.default_rng(5)
     x, y = rng.integers(3, size=3000), rng.integers(4, size=3000)
     result = independence_test(x, y)
@@ -81,10 +83,11 @@ def test_independence_matches_scipy_contingency():
     np.add.at(table, (x, y), 1)
     chi2, pvalue, dof, _ = stats.chi2_contingency(table, correction=False)
     assert result.statistic == pytest.approx(chi2)
-    # two-sided: twice the nearer tail of scipy's (upper-tail) chi-square law
-    assert result.pvalue == pytest.approx(min(1.0, 2 * min(pvalue, stats.chi2.cdf(chi2, dof))))
-    assert result.details["lower_tail"] == pytest.approx(1 - pvalue)
-    assert result.df == dof
+    assert result.pvalue == pytest.approx(pvalue)
+    law = stats.hypergeom(3000, table.sum(axis=1)[:, None], table.sum(axis=0)[None, :])
+    cells = min(law.sf(table - 1).min(), law.cdf(table).min()) * 24
+    assert result.details["cell_pvalue"] == pytest.approx(min(1.0, cells))
+    assert result.df == dof and result.details["false_fail_basis"] == "proven"
 
 
 def test_independence_detects_shared_randomness():

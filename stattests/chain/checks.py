@@ -16,12 +16,13 @@ from scipy import stats
 
 from specgauge.fixtures.pairs import PairFixture
 
+from specgauge.stattests.core.band_dispersion import two_sided
 from specgauge.stattests.core.certificate import Rates, failure  # noqa: F401  (failure: re-exported)
 from specgauge.stattests.core.contract import PAD
 from specgauge.stattests.chain.harness import FixtureRun
 from specgauge.stattests.chain.sequences import SequenceRun, sequence_counts
 from specgauge.stattests.core.identity import identity_test
-from specgauge.stattests.core.statistics import (MIN_EXPECTED, TestResult, _pool, acceptance_rate_test, combine_bonferroni, goodness_of_fit,
+from specgauge.stattests.core.statistics import (MIN_EXPECTED, TestResult, acceptance_rate_test, combine_bonferroni, goodness_of_fit,
                          independence_test, ks_uniformity, tail_collision_test, tokens_per_pass_mean_test,
                          tokens_per_pass_test)
 
@@ -164,29 +165,27 @@ def _pit(column: str) -> CheckFn:
     return check
 
 
-def _pairs_tests(pairs: list[tuple[np.ndarray, np.ndarray]], rate: float, rates: Rates) -> list[TestResult]:
-    """Independence sub-tests of one assertion, each at ``rate`` (its Bonferroni share)."""
-    return [independence_test(x, y, false_fail_rate=rate, false_pass_rate=rates.false_pass) for x, y in pairs]
+def _pairs_tests(pairs: list[tuple[np.ndarray, np.ndarray]], rate: float, rates: Rates,
+                 y_law: np.ndarray | None = None) -> list[TestResult]:
+    """Independence sub-tests of one assertion, each at ``rate`` (its Bonferroni share); y's bins
+    from ``y_law`` (the law a pair's second token is certified to follow), fixed before the draws."""
+    return [independence_test(x, y, false_fail_rate=rate, false_pass_rate=rates.false_pass, y_law=y_law)
+            for x, y in pairs]
 
 
-def _call_block_test(first: np.ndarray, call_rows: int, rate: float, rates: Rates) -> TestResult:
-    """Rows of one call are exchangeable iid draws: the calls × tokens table is homogeneous.
+def _call_block_test(inside: np.ndarray, call_rows: int, rate: float) -> TestResult:
+    """Rows of one call are independent draws: each call's count of first tokens in the band (the
+    heaviest tokens of p₀, about half its mass) against its exact law given the pooled count,
+    two-sided (:mod:`~specgauge.stattests.core.band_dispersion`, proven at any rate).
 
-    Dependence between any two rows of a call, at any lag, makes the per-call token
-    counts over- (or under-) dispersed. Tokens are pooled so every cell is expected at
-    least MIN_EXPECTED times; untestable (df 0) when a call is too small for that.
+    Dependence between any two rows of a call, at any lag, makes the per-call counts over-
+    (shared uniforms) or under-dispersed (stratified uniforms across the call). States no TV.
     """
-    calls = first.size // call_rows
-    block = first[: calls * call_rows]
-    _, tok = np.unique(block, return_inverse=True)
-    expected = np.bincount(tok) * (call_rows / block.size)
-    # neighbouring categories grouped until each group expects MIN_EXPECTED per call (half a
-    # call's rows when calls are smaller: two groups at least)
-    least = min(MIN_EXPECTED, call_rows / 2)
-    groups = max(int(call_rows // least), 1)  # expected sums to call_rows (up to rounding)
-    bins = np.minimum((np.cumsum(expected) - expected) // least, groups - 1).astype(np.int64)[tok]
-    call = np.repeat(np.arange(calls), call_rows)
-    return independence_test(call, bins, false_fail_rate=rate, false_pass_rate=rates.false_pass, min_expected=0.0)
+    calls = inside.size // call_rows
+    counts = inside[: calls * call_rows].reshape(calls, call_rows).sum(axis=1)
+    ratio, pvalue, (lo, hi) = two_sided(counts, call_rows, rate)
+    return TestResult("independence", ratio, pvalue, calls * call_rows, rate, math.nan, max(calls - 1, 0),
+                      {"variance_ratio": ratio, "critical_low": lo, "critical_high": hi, "false_fail_basis": "proven"})
 
 
 #: Above this vocabulary the row tests see each token's probability band, not the token.
@@ -194,34 +193,36 @@ COARSE_VOCAB = 4096
 BANDS = 16
 
 
-def _coarse(tokens: np.ndarray, fixture: PairFixture, pairs: int) -> np.ndarray:
-    """Each first token's band of p₀ (bands of equal mass, by rank: at most BANDS, and few
-    enough that each fills √(MIN_EXPECTED · pairs) of a sub-test's ``pairs``) on large
-    vocabularies: a function of the token, so independence of the bands is still an exact
-    test of independence, and a few hundred rows fill its table (tokens would not)."""
-    if fixture.vocab_size <= COARSE_VOCAB or not fixture.context_free:
-        return tokens
-    bands = int(np.clip(math.sqrt(pairs / MIN_EXPECTED), 2, BANDS))
+def _coarse(tokens: np.ndarray, fixture: PairFixture, pairs: int) -> tuple[np.ndarray, np.ndarray]:
+    """(each first token's category, the categories' law under p₀): on large vocabularies its
+    band of p₀ (bands of equal mass, by rank: at most BANDS, and few enough that each fills
+    √(MIN_EXPECTED · pairs) of a sub-test's ``pairs``): a function of the token, so independence
+    of the bands is still an exact test of independence, and a few hundred rows fill its table
+    (tokens would not); the token itself elsewhere."""
     p = fixture.target[0]
+    if fixture.vocab_size <= COARSE_VOCAB or not fixture.context_free:
+        return tokens, p
+    bands = int(np.clip(math.sqrt(pairs / MIN_EXPECTED), 2, BANDS))
     order = np.argsort(-p, kind="stable")
     band = np.empty(p.size, dtype=np.int64)
     band[order] = np.minimum((np.cumsum(p[order]) - p[order]) * bands, bands - 1).astype(np.int64)
-    return band[tokens]
+    return band[tokens], np.bincount(band, weights=p, minlength=bands)
 
 
 def independence_rows(run: FixtureRun, rates: Rates) -> dict[int | None, TestResult]:
     """First tokens of rows (same p and q) are independent, within a call and across calls.
 
     Within a call of B rows: every pair of rows (B ≤ PAIRWISE_CALL_ROWS), else the call's
-    whole block at once (every lag) beside lags 1 and B/2 alone; across calls: row i of
-    call c against row i of call c + 1, for every c (a decoder that reseeds from the
-    caller's generator without advancing it repeats itself). Every sub-test is two-sided.
-    On vocabularies above COARSE_VOCAB the tokens are replaced by their band of p₀.
-    The false-fail rate is split evenly over the sub-tests.
+    whole block at once (its count in the band of p₀, two-sided: every lag, stratified
+    rows included) beside lags 1 and B/2 alone; across calls: row i of call c against row i
+    of call c + 1, for every c (a decoder that reseeds from the caller's generator without
+    advancing it repeats itself). The pair tests are G tests with y's bins from p₀ (proven,
+    upper tail). On vocabularies above COARSE_VOCAB the tokens are replaced by their band of
+    p₀. The false-fail rate is split evenly over the sub-tests.
     """
     b = run.call_rows
     calls = run.tokens.shape[0] // b
-    first = _coarse(run.tokens[:, 0], run.fixture, calls if b <= PAIRWISE_CALL_ROWS else calls * (b // 2))
+    first, law = _coarse(run.tokens[:, 0], run.fixture, calls if b <= PAIRWISE_CALL_ROWS else calls * (b // 2))
     grid = first[: calls * b].reshape(calls, b)
     if b <= PAIRWISE_CALL_ROWS:
         pairs = [(grid[:, i], grid[:, j]) for i in range(b) for j in range(i + 1, b)]
@@ -235,67 +236,92 @@ def independence_rows(run: FixtureRun, rates: Rates) -> dict[int | None, TestRes
             pairs.append((grid[start:start + 2 * half:2].ravel(), grid[start + 1:start + 2 * half:2].ravel()))
     block = b > PAIRWISE_CALL_ROWS and calls > 1
     rate = rates.false_fail / max(len(pairs) + block, 1)
-    results = _pairs_tests(pairs, rate, rates)
+    results = _pairs_tests(pairs, rate, rates, law)
     if block:
-        results.append(_call_block_test(first, b, rate, rates))
+        results.append(_call_block_test(heavy_band(run.fixture.target[0])[run.tokens[:, 0]], b, rate))
     return {None: combine_bonferroni(results, "independence", rates.false_fail)}
 
 
-#: Blocks × bands cells expect at least this many emissions in the dispersion test.
+#: A dispersion block expects at least this many emissions in the band and out of it.
 DISPERSION_CELL = 10.0
 
 
-def _bands(p: np.ndarray, tokens: np.ndarray, bands: int) -> np.ndarray:
-    """Each token's band of p: ranks cut into ``bands`` of equal mass (a token heavier than
-    a band is a band of its own), renumbered 0, 1, …: a function of the token."""
-    order = np.argsort(-p, kind="stable")
-    band = np.empty(p.size, dtype=np.int64)
-    band[order] = np.minimum((np.cumsum(p[order]) - p[order]) * bands, bands - 1).astype(np.int64)
-    _, band = np.unique(band, return_inverse=True)
-    return band[tokens]
+def heavy_band(p: np.ndarray) -> np.ndarray:
+    """The band of a dispersion test: the heaviest tokens of p (ties by id) whose mass is nearest
+    one half, at least one token and never every possible one. A function of p alone, fixed
+    before any count is seen, so the conditional law given the band's pooled count holds."""
+    order = np.lexsort((np.arange(p.size), -p))
+    order = order[p[order] > 0]
+    inside = np.zeros(p.size, dtype=bool)
+    if order.size < 2:
+        return inside
+    cum = np.cumsum(p[order])
+    prefix = cum[:-1]  # the mass of the heaviest 1, 2, …, L − 1 tokens
+    inside[order[: int(np.argmin(np.abs(prefix - 0.5 * cum[-1]))) + 1]] = True
+    return inside
+
+
+def _block_dispersion(inside: np.ndarray, m: int, rate: float, false_pass_rate: float) -> dict[str, float]:
+    """One scale of :func:`dispersion_test`: blocks of m consecutive emissions (``inside``: each
+    emission in the band or not), the remainder at the end left out."""
+    blocks = inside.size // m
+    if blocks < 2:
+        return {}
+    counts = inside[: blocks * m].reshape(blocks, m).sum(axis=1)
+    ratio, pvalue, (lo, hi) = two_sided(counts, m, rate)
+    if not math.isfinite(lo):  # the band took every emission or none
+        return {}
+    phi = float(max(lo, 0.0) * (blocks - 1) / stats.chi2.isf(false_pass_rate, blocks - 1))
+    return {"pvalue": pvalue, "ratio": ratio, "lo": lo, "hi": hi, "phi": phi, "blocks": float(blocks), "m": float(m)}
 
 
 def dispersion_test(tokens: np.ndarray, p: np.ndarray, *, false_fail_rate: float,
                     false_pass_rate: float) -> TestResult:
-    """Emissions in row order are independent draws: consecutive blocks hold them as a
-    random split would (a blocks × bands homogeneity chi-square, two-sided).
+    """Emissions in row order are independent draws: consecutive blocks hold the band's draws
+    as a random split would (two-sided, proven: :mod:`~specgauge.stattests.core.band_dispersion`).
 
-    Rows come in calls, so a block of consecutive emissions spans whole calls and parts of
-    calls: a decoder that carries state from call to call (a remainder, a herded or
-    low-discrepancy stream) keeps every block's counts too close to their expectation
-    (lower tail); one that shares randomness spreads them too far (upper tail). Bands of p
-    of equal mass and blocks of equal size, every cell expected ≥ DISPERSION_CELL times.
-    ``details["detectable_dispersion"]`` is φ*: counts whose variance is φ ≤ φ* times an
-    independent sample's (X² ≈ φ χ²_df) fail with power 1 − false_pass_rate.
+    Rows come in calls, so a block of consecutive emissions spans parts of calls and call
+    boundaries: a decoder that carries state from row to row or call to call (a remainder, a
+    herded or low-discrepancy stream) keeps every block's count in the band (the heaviest
+    tokens of p, about half its mass) too close to its expectation, S = Σ c² too small (lower
+    tail); one that shares randomness spreads them, S too large (upper tail). Two scales, each
+    at half the rate: blocks of two neighbouring emissions (a stream's step), and of the fewest
+    that expect DISPERSION_CELL draws in the band and out of it (a stream's drift). Given the band's pooled count the blocks' counts are multivariate
+    hypergeometric under independence, and Chernoff's bound on that exact law gives the
+    p-value at any rate. ``details["detectable_dispersion"]`` is φ*: counts that vary φ ≤ φ*
+    times as much as independent draws' (at either scale) fail with power about
+    1 − false_pass_rate (the power step is the scaled chi-square's, an estimate; the
+    false-fail rate is proven).
     """
     n = tokens.size
-    cells = n / DISPERSION_CELL
-    bands = int(min(max(2, math.sqrt(cells)), max(2, np.count_nonzero(p))))
-    band = _bands(p, tokens, bands)
-    k = int(band.max()) + 1 if n else 0
-    blocks = int(cells // max(k, 1))
-    if n == 0 or k < 2 or blocks < 2:
-        reason = (f"a resolution needs at least {int(4 * DISPERSION_CELL)} emissions over two bands of p"
-                  if np.count_nonzero(p) >= 2 else "p has one token: nothing to band")
-        return TestResult("dispersion", 0.0, 1.0, 0, false_fail_rate, math.nan, None, {"reason": reason})
-    block = (np.arange(n) * blocks) // n
-    table = np.bincount(block * k + band, minlength=blocks * k).reshape(blocks, k).astype(np.float64)
-    table = table[:, table.sum(axis=0) > 0]
-    if table.shape[1] < 2:  # every emission in one band (a grossly wrong law: the identity row's finding)
+    inside_p = heavy_band(p)
+    mass = float(p[inside_p].sum() / p.sum()) if inside_p.any() else 0.0
+    if not 0 < mass < 1:
         return TestResult("dispersion", 0.0, 1.0, 0, false_fail_rate, math.nan, None,
-                          {"reason": f"every emission fell in one of {k} bands of p"})
-    expected = table.sum(axis=1, keepdims=True) * table.sum(axis=0, keepdims=True) / n
-    statistic = float(((table - expected) ** 2 / expected).sum())
-    df = (table.shape[0] - 1) * (table.shape[1] - 1)
-    lower, upper = float(stats.chi2.cdf(statistic, df)), float(stats.chi2.sf(statistic, df))
-    pvalue = min(1.0, 2 * min(lower, upper))
-    phi = float(stats.chi2.ppf(false_fail_rate / 2, df) / stats.chi2.isf(false_pass_rate, df))
-    details = {"blocks": float(table.shape[0]), "bands": float(table.shape[1]), "lower_tail": lower,
-               "detectable_dispersion": phi,
-               "message": (f"dispersion {statistic / df:.3g} of an independent sample's ({table.shape[0]} blocks × "
-                           f"{table.shape[1]} bands); detects under-dispersion below {phi:.3g} with power "
-                           f"{1 - false_pass_rate:g}")}
-    return TestResult("dispersion", statistic, pvalue, n, false_fail_rate, math.nan, df, details)
+                          {"reason": "p has one token: nothing to band", "false_fail_basis": "exact"})
+    inside = inside_p[tokens]
+    least = min(mass, 1.0 - mass)
+    scales = sorted({2, max(2, math.ceil(DISPERSION_CELL / least))})
+    rate = false_fail_rate / len(scales)
+    tested = [r for r in (_block_dispersion(inside, m, rate, false_pass_rate) for m in scales) if r]
+    if not tested:
+        reason = (f"a resolution needs at least {2 * scales[0]} emissions (two blocks of {scales[0]}) with the band "
+                  f"of p (the heaviest tokens, mass {mass:.2f}) neither empty nor full")
+        return TestResult("dispersion", 0.0, 1.0, 0, false_fail_rate, math.nan, None,
+                          {"reason": reason, "false_fail_basis": "exact"})
+    worst = min(tested, key=lambda r: r["pvalue"])
+    pvalue = min(1.0, len(scales) * worst["pvalue"])
+    phi = max(r["phi"] for r in tested)
+    scale_text = "; ".join(f"{r['ratio']:.3g} in {int(r['blocks']):,} blocks of {int(r['m'])} (fails at or below "
+                           f"{r['lo']:.3g} or at or above {r['hi']:.3g})" for r in tested)
+    details = {"blocks": worst["blocks"], "block_size": worst["m"], "band_mass": mass, "variance_ratio": worst["ratio"],
+               "critical_low": worst["lo"], "critical_high": worst["hi"], "detectable_dispersion": phi,
+               "false_fail_basis": "proven",
+               "message": (f"dispersion of an independent sample's: {scale_text} (the band: the heaviest tokens of p, "
+                           f"mass {mass:.2f}; Chernoff bounds on the exact conditional law, proven); detects "
+                           f"under-dispersion below {phi:.3g} with power {1 - false_pass_rate:g}")}
+    return TestResult("dispersion", worst["ratio"], pvalue, n, false_fail_rate, math.nan, int(worst["blocks"]) - 1,
+                      details)
 
 
 def tv_phrase(tv: float, prefix: str = "TV ") -> str:
@@ -346,12 +372,15 @@ def independence_calls(run: FixtureRun, rates: Rates) -> dict[int | None, TestRe
 
 def independence_positions(run: FixtureRun, rates: Rates) -> dict[int | None, TestResult]:
     """Given position k is emitted, its token is independent of the token at every j < k."""
-    pairs = []
-    for k in range(1, run.fixture.gamma + 1):
+    fx = run.fixture
+    count = fx.gamma * (fx.gamma + 1) // 2
+    rate = rates.false_fail / max(count, 1)
+    results = []
+    for k in range(1, fx.gamma + 1):
         both = run.tokens[:, k] != PAD
-        pairs.extend((run.tokens[both, j], run.tokens[both, k]) for j in range(k))
-    rate = rates.false_fail / max(len(pairs), 1)
-    return {None: combine_bonferroni(_pairs_tests(pairs, rate, rates), "independence", rates.false_fail)}
+        results.extend(_pairs_tests([(run.tokens[both, j], run.tokens[both, k]) for j in range(k)], rate, rates,
+                                    fx.target[k]))
+    return {None: combine_bonferroni(results, "independence", rates.false_fail)}
 
 
 def greedy(run: FixtureRun, rates: Rates) -> dict[int | None, TestResult]:

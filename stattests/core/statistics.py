@@ -124,13 +124,15 @@ def _kl_critical(df: int, false_fail_rate: float) -> float:
 
 
 @lru_cache(maxsize=4096)
-def _noncentrality_for_power(df: int, false_fail_rate: float, false_pass_rate: float, proven: bool = False) -> float:
+def _noncentrality_for_power(df: int, false_fail_rate: float, false_pass_rate: float, proven: bool = False,
+                             shape: int = 0) -> float:
     """The non-centrality λ at which a chi-square test on ``df`` degrees of freedom,
     rejecting at ``false_fail_rate``, rejects with probability ``1 - false_pass_rate``;
-    ``proven``: the rejection also needs G past the proven bound's critical value."""
+    ``proven``: the rejection also needs G past the proven bound's critical value (of a
+    gamma law of shape ``shape``, by default ``df``)."""
     critical = stats.chi2.isf(false_fail_rate, df)
     if proven:
-        critical = max(critical, _kl_critical(df, false_fail_rate))
+        critical = max(critical, _kl_critical(shape or df, false_fail_rate))
 
     def shortfall(lam: float) -> float:
         return stats.ncx2.sf(critical, df, lam) - (1.0 - false_pass_rate)
@@ -141,14 +143,15 @@ def _noncentrality_for_power(df: int, false_fail_rate: float, false_pass_rate: f
     return float(optimize.brentq(shortfall, 0.0, hi, xtol=1e-6))
 
 
-def _chi2_min_tv(n: int, df: int, false_fail_rate: float, false_pass_rate: float, proven: bool = False) -> float:
+def _chi2_min_tv(n: int, df: int, false_fail_rate: float, false_pass_rate: float, proven: bool = False,
+                 shape: int = 0) -> float:
     """Smallest TV a chi-square test detects: λ = n Σ δ²/p ≥ 4 n TV² (Cauchy–Schwarz)."""
     if n <= 0:
         return math.inf
     if df <= 0:
         # Nothing left to compare but impossible categories: one hit is enough.
         return _occurrence_min_tv(n, false_pass_rate)
-    return math.sqrt(_noncentrality_for_power(df, false_fail_rate, false_pass_rate, proven) / (4.0 * n))
+    return math.sqrt(_noncentrality_for_power(df, false_fail_rate, false_pass_rate, proven, shape) / (4.0 * n))
 
 
 def _proven_gof(false_fail_rate: float) -> bool:
@@ -626,21 +629,35 @@ def tokens_per_pass_mean_test(
 def independence_test(
     x: np.ndarray, y: np.ndarray, *,
     false_fail_rate: float = DEFAULT_FALSE_FAIL, false_pass_rate: float = DEFAULT_FALSE_PASS,
-    min_expected: float = MIN_EXPECTED,
+    min_expected: float = MIN_EXPECTED, y_law: np.ndarray | None = None,
 ) -> TestResult:
-    """Chi-square test that paired categorical draws ``x`` and ``y`` are independent.
+    """Test that paired categorical draws ``x`` and ``y`` are independent; its false-fail rate
+    is proven wherever a verdict reads it (at rates up to :data:`KS_PROVEN_BELOW`).
 
-    Rare categories are pooled per margin so that every cell of the table is expected at
-    least ``min_expected`` times: a kept category (or the pooled rest) must be seen
-    √(min_expected · n) times on its margin, so the smallest product of margins over n
-    is ``min_expected``. (Pooling by the common margins instead leaves cells expected
-    well under once, and the chi-square tail then fails far more often than declared.)
-    The table goes to ``scipy.stats.chi2_contingency``; the p-value is two-sided. A decoder
-    that shares random numbers between rows, or between positions, has correct marginals and
-    fails here in the upper tail; one whose rows are negatively dependent (stratified
-    uniforms across a call) fails in the lower tail.
-    ``min_detectable_tv`` is the TV between the pooled joint distribution and the product
-    of its margins that the test detects.
+    A decoder that shares random numbers between rows, or between positions, has correct
+    marginals and moves the joint away from the product of its margins. Two forms:
+
+    * ``y_law`` given (a law over y's categories fixed before the draws: the fixture's p):
+      the likelihood-ratio (G) test of an R × C table whose y bins come from ``y_law`` alone
+      (categories expected ≥ √(min_expected · n) times kept, the rest pooled) and whose x bins
+      come from x's observed margin. Given every x, independent pairs make each row of the
+      table an independent multinomial over the C bins, so G/2 ≤ Σ_i r_i KL(row_i ‖ π)
+      (π: y's binned law; the pooled column law minimises the sum) and Agrawal's bound
+      multiplies over the rows: P(G/2 ≥ x) ≤ the gamma tail of shape R(C − 1)
+      (:func:`multinomial_kl_tail`). ``min_detectable_tv``: the pooled joint's TV from the
+      product of its margins at that critical value (the power step is the non-central
+      chi-square's).
+    * no law: every cell of the table pooled by both observed margins (each cell expected ≥
+      ``min_expected``), and its count against its exact law given the margins
+      (hypergeometric: what permuting y across the pairs gives), both tails, Bonferroni over
+      the 2RC tails. ``min_detectable_tv`` then bounds the TV a dependence can hide when
+      spread over every cell: ½ Σ (each cell's critical distance + the power step) / n.
+
+    The statistic is Pearson's X² of the table in both forms (``chi2_contingency``); above
+    :data:`KS_PROVEN_BELOW` the p-value is its chi-square law's (upper tail), so calibration
+    sweeps still see p-values near uniform, and at or below it never below the proven bound.
+    Only the upper tail is tested: a table closer to the product than chance is no dependence
+    between x and y (the dispersion tests see stratified or herded streams).
     """
     _validate_rates(false_fail_rate, false_pass_rate)
     x = np.asarray(x, dtype=np.int64)
@@ -648,45 +665,78 @@ def independence_test(
     if x.shape != y.shape:
         raise InvalidDistributionError(f"x and y differ in shape: {x.shape} vs {y.shape}")
     n = x.size
+    proven = false_fail_rate <= KS_PROVEN_BELOW
+    basis = {"false_fail_basis": "proven" if proven else "estimated"}
     if n == 0:
-        return TestResult("independence", 0.0, 1.0, 0, false_fail_rate, math.inf, 0)
+        return TestResult("independence", 0.0, 1.0, 0, false_fail_rate, math.inf, 0, basis)
+    if y_law is not None:
+        return _independence_given_law(x, y, np.asarray(y_law, dtype=np.float64), false_fail_rate, false_pass_rate,
+                                       min_expected, proven)
     table = contingency_table(x, y, min_expected)
     df = (table.shape[0] - 1) * (table.shape[1] - 1)
-    details = {"rows": float(table.shape[0]), "columns": float(table.shape[1])}
+    details = {"rows": float(table.shape[0]), "columns": float(table.shape[1]), **basis}
     if df == 0:
         return TestResult("independence", 0.0, 1.0, n, false_fail_rate, math.inf, 0, details)
     result = stats.chi2_contingency(table, correction=False)
-    statistic = float(result.statistic)
-    # two-sided: too little spread (negatively dependent rows, stratified uniforms) fails as
-    # surely as too much (shared random numbers)
-    lower = _independence_lower_tail(table, statistic, df)
-    pvalue = float(min(1.0, 2 * min(stats.chi2.sf(statistic, df), lower)))
-    details["lower_tail"] = lower
+    statistic, pvalue = float(result.statistic), float(result.pvalue)
+    cells, detectable = _cell_tails(table, false_fail_rate, false_pass_rate)
+    if proven and pvalue <= KS_PROVEN_BELOW:
+        pvalue = max(pvalue, cells)
+    details["cell_pvalue"] = cells
+    return TestResult("independence", statistic, pvalue, n, false_fail_rate, detectable, df, details)
+
+
+def _independence_given_law(x: np.ndarray, y: np.ndarray, law: np.ndarray, false_fail_rate: float,
+                            false_pass_rate: float, min_expected: float, proven: bool) -> TestResult:
+    """The G test of :func:`independence_test` with y's bins fixed by ``law``."""
+    n = x.size
+    if y.min() < 0 or y.max() >= law.size:
+        raise InvalidDistributionError(f"y has a category outside its law's {law.size}")
+    possible = law > 0
+    ybin = np.zeros(law.size, dtype=np.int64)
+    ybin[possible] = _pool(n * law[possible] / law.sum(), math.sqrt(min_expected * n))
+    columns = int(ybin[possible].max()) + 1 if possible.any() else 0
+    if (~possible).any():  # categories the law rules out: a bin of their own (counted, so conservative)
+        ybin[~possible] = columns
+        columns += 1
+    xbin = margin_bins(*_codes(x), n, min_expected)
+    rows = int(xbin.max()) + 1
+    table = np.bincount(xbin * columns + ybin[y], minlength=rows * columns).reshape(rows, columns).astype(np.float64)
+    seen = table[:, table.sum(axis=0) > 0]
+    df = (seen.shape[0] - 1) * (seen.shape[1] - 1)
+    shape = rows * (columns - 1)
+    details = {"rows": float(rows), "columns": float(columns), "gamma_shape": float(shape),
+               "false_fail_basis": "proven" if proven else "estimated"}
+    if df == 0:
+        return TestResult("independence", 0.0, 1.0, n, false_fail_rate, math.inf, 0, details)
+    statistic = float(stats.chi2_contingency(seen, correction=False).statistic)
+    expected = seen.sum(axis=1, keepdims=True) * seen.sum(axis=0, keepdims=True) / n
+    hit = seen > 0
+    g = 2.0 * float((seen[hit] * np.log(seen[hit] / expected[hit])).sum())
+    pvalue = float(stats.chi2.sf(g, df))
+    if proven and pvalue <= KS_PROVEN_BELOW:
+        pvalue = max(pvalue, multinomial_kl_tail(g / 2.0, shape + 1))
+    details["g_statistic"] = g
     return TestResult("independence", statistic, pvalue, n, false_fail_rate,
-                      _chi2_min_tv(n, df, false_fail_rate / 2, false_pass_rate), df, details)
+                      _chi2_min_tv(n, df, false_fail_rate, false_pass_rate, proven, shape), df, details)
 
 
-def _independence_lower_tail(table: np.ndarray, statistic: float, df: int) -> float:
-    """P(statistic ≤ observed) under independence, never below the truth at the discrete bottom.
-
-    The chi-square law's lower tail reads 0 at a statistic of 0, yet an exactly proportional
-    table has positive probability: a 2×2 table of 48 independent pairs is one 1 % of the time,
-    and p = 0 failed it at any rate. A 2×2 table takes the exact conditional law (its first cell
-    is hypergeometric given the margins, and the statistic grows with its distance from the
-    mean, so the tail counts every table at most as far out, the observed one included); a
-    larger table reads 1 at a statistic of 0 (conservative) and the chi-square law elsewhere.
-    """
-    if table.shape == (2, 2):
-        n = int(round(table.sum()))
-        rows, cols = int(round(table[0].sum())), int(round(table[:, 0].sum()))
-        mean = rows * cols / n
-        low, high = max(0, rows + cols - n), min(rows, cols)
-        support = np.arange(low, high + 1)
-        within = np.abs(support - mean) <= abs(table[0, 0] - mean) + 1e-9
-        return float(min(1.0, stats.hypergeom.pmf(support[within], n, rows, cols).sum()))
-    if statistic <= 1e-12:
-        return 1.0
-    return float(stats.chi2.cdf(statistic, df))
+def _cell_tails(table: np.ndarray, false_fail_rate: float, false_pass_rate: float) -> tuple[float, float]:
+    """(Bonferroni p-value, detectable TV) of the cell-by-cell test: each cell's count against
+    its hypergeometric law given the margins, both tails, over the 2RC tails."""
+    n = int(round(table.sum()))
+    rows = np.rint(table.sum(axis=1)).astype(np.int64)[:, None]
+    cols = np.rint(table.sum(axis=0)).astype(np.int64)[None, :]
+    count = np.rint(table).astype(np.int64)
+    law = stats.hypergeom(n, rows, cols)
+    tails = 2 * table.size
+    pvalue = float(min(1.0, tails * min(law.sf(count - 1).min(), law.cdf(count).min())))
+    each = false_fail_rate / tails
+    mean, sd = law.mean(), law.std()
+    reach = np.maximum(law.isf(each) + 1 - mean, mean - (law.ppf(each) - 1))  # the count's distance that fails
+    reach = np.where(np.isfinite(reach), reach, n)
+    detectable = 0.5 * float((reach + stats.norm.isf(false_pass_rate) * sd).sum()) / n
+    return pvalue, detectable
 
 
 def contingency_table(x: np.ndarray, y: np.ndarray, min_expected: float = MIN_EXPECTED) -> np.ndarray:
@@ -726,7 +776,7 @@ def combine_bonferroni(results: list[TestResult], test: str, false_fail_rate: fl
         return TestResult(test, 0.0, 1.0, 0, false_fail_rate, math.inf)
     worst = min(results, key=lambda r: r.pvalue)
     pvalue = min(1.0, len(results) * worst.pvalue)
-    tested = [r for r in results if r.n > 0]
+    tested = [r for r in results if r.n > 0 and not math.isnan(r.min_detectable_tv)]  # NaN: states no TV
     detectable = max((r.min_detectable_tv for r in tested), default=math.inf)
     return TestResult(test, worst.statistic, pvalue, max((r.n for r in results), default=0), false_fail_rate,
                       detectable, worst.df, {"subtests": float(len(results)), **dict(worst.details)})

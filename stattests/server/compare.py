@@ -424,7 +424,7 @@ def _pair_tests(x: np.ndarray, y: np.ndarray, prompt: np.ndarray, rate: float) -
         result = independence_test(x[prompt == p], y[prompt == p], false_fail_rate=rate)
         upper = float(stats.chi2.sf(result.statistic, result.df)) if result.df else 1.0
         out.append(TestResult(result.test, result.statistic, upper, result.n, rate, result.min_detectable_tv,
-                              result.df, result.details))
+                              result.df, {**result.details, "false_fail_basis": "estimated"}))  # the chi-square law's
     return out
 
 

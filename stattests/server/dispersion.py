@@ -34,8 +34,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import special, stats
+from scipy import stats
 
+from specgauge.stattests.core.band_dispersion import critical_sums, log_tail, variance_ratio
 from specgauge.stattests.core.statistics import DEFAULT_FALSE_PASS, TestResult
 
 #: What a dispersion figure bounds (the certificate's ``detectable`` column).
@@ -55,69 +56,6 @@ class Dispersion:
     in_band: int
     critical: tuple[float, float]   # the variance ratios at or below / at or above which it fails
     figure: tuple[float, float]     # smallest rho detected above and below 0 (inf: none)
-
-
-@functools.lru_cache(maxsize=64)
-def _log_mgf(n: int) -> tuple[np.ndarray, np.ndarray]:
-    c = np.arange(n + 1, dtype=np.float64)
-    return c, c * c, special.gammaln(n + 1) - special.gammaln(c + 1) - special.gammaln(n - c + 1)
-
-
-#: The tilts θ·n the bounds are minimised over (any θ gives a valid bound; a fine grid, a near-optimal one).
-GRID = np.geomspace(1e-6, 4.0, 161)
-
-
-def _profile(theta: np.ndarray, n: int, r: int, k: int) -> np.ndarray:
-    """g(θ) = min_t log(f_θ(e^t)^R e^{−tK}) for each θ (the inner minimum in t by bisection on its
-    convex derivative R E[c] − K, vectorised over θ)."""
-    c, c2, logc = _log_mgf(n)
-    theta = np.asarray(theta, np.float64)[:, None]
-    span = 2.0 * np.abs(theta[:, 0]) * n + 60.0
-    a, b = -span, span.copy()
-    for _ in range(56):  # the span over 2⁵⁶: below a float's step
-        t = 0.5 * (a + b)
-        x = logc + theta * c2 + t[:, None] * c
-        w = np.exp(x - x.max(axis=1, keepdims=True))
-        high = r * (w @ c) / w.sum(axis=1) > k
-        a, b = np.where(high, a, t), np.where(high, t, b)
-    t = 0.5 * (a + b)
-    x = logc + theta * c2 + t[:, None] * c
-    top = x.max(axis=1)
-    return r * (top + np.log(np.exp(x - top[:, None]).sum(axis=1))) - t * k
-
-
-def _log_choose(a: int, b: int) -> float:
-    return float(special.gammaln(a + 1) - special.gammaln(b + 1) - special.gammaln(a - b + 1))
-
-
-@functools.lru_cache(maxsize=1024)
-def _profiles(n: int, r: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(θ > 0 on the grid, g(θ) − log C(nR, K), g(−θ) − log C(nR, K))."""
-    theta = GRID / n
-    denom = _log_choose(n * r, k)
-    return theta, _profile(theta, n, r, k) - denom, _profile(-theta, n, r, k) - denom
-
-
-def log_tail(s: float, n: int, r: int, k: int, upper: bool) -> float:
-    """log of the Chernoff bound on P(S ≥ s | K) (``upper``) or P(S ≤ s | K), at most 0."""
-    theta, up, down = _profiles(n, r, k)
-    bound = (up - theta * s) if upper else (down + theta * s)
-    return min(0.0, float(bound.min()))
-
-
-def critical_sums(n: int, r: int, k: int, rate: float) -> tuple[float, float]:
-    """(s_lo, s_hi): S ≤ s_lo or S ≥ s_hi fails, each tail at ``rate / 2`` (the bound's inverse:
-    s_hi = min_{θ>0} (g(θ) − L) / θ with L = log(rate / 2) + log C(nR, K))."""
-    theta, up, down = _profiles(n, r, k)
-    level = math.log(rate / 2.0)
-    return float(-((down - level) / theta).min()), float(((up - level) / theta).min())
-
-
-def variance_ratio(s: float, n: int, r: int, k: int) -> float:
-    """The counts' variance (Σc²/R − (K/R)²) over the binomial n p (1 − p) at p = K / (nR)."""
-    p = k / (n * r)
-    var = n * p * (1 - p)
-    return (s / r - (k / r) ** 2) / var if var > 0 else 1.0
 
 
 def over_law(n: int, p: float, rho: float) -> np.ndarray:

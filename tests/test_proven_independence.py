@@ -1,0 +1,175 @@
+"""The proven false-fail rates of the independence rows, checked by simulation.
+
+The bounds are theorems (docs/gate.md, "The independence rows, proven"): the pair tests'
+G against Agrawal's gamma tail multiplied over the table's rows given x, the cell-by-cell
+test's hypergeometric tails, and the band counts' Chernoff bounds on their exact conditional
+law (``independence-calls`` and the call-block sub-test of ``independence-rows``). Here each
+is held, at a rate large enough for a simulation to see (0.05), to its simulated null at
+the shapes the gate uses, small samples included; and the rows fail known dependences
+(shared uniforms, a herded stream, stratified calls) while independent draws pass. Every
+comparison is a one-sided binomial test at ``META_RATE``, never a guessed tolerance.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from specgauge.fixtures.pairs import SEED_TARGET, zipf
+from specgauge.stattests.chain.checks import _call_block_test, dispersion_test, heavy_band
+from specgauge.stattests.core.band_dispersion import critical_sums
+from specgauge.stattests.core.statistics import (_kl_critical, _pool, independence_test, margin_bins,
+                                                 multinomial_kl_tail)
+
+META_RATE = 1e-6
+RATE = 0.05
+GATE_RATE = 1.2e-7  # the default certification's per-assertion rate
+REPLICATES = 4_000
+
+
+def _not_above(hits: int, runs: int, bound: float) -> bool:
+    """hits of runs is consistent with a rate at most ``bound`` (one-sided binomial test)."""
+    return stats.binomtest(hits, runs, min(bound, 1.0), alternative="greater").pvalue >= META_RATE
+
+
+def _draw(p: np.ndarray, size: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    return np.minimum(np.searchsorted(np.cumsum(p), rng.random(size) * p.sum(), side="right"), p.size - 1)
+
+
+def _half_g(x: np.ndarray, y: np.ndarray, law: np.ndarray, n: int) -> tuple[np.ndarray, int]:
+    """G/2 of each replicate's table (rows: x's observed bins; columns: y's bins from ``law``),
+    vectorised over the replicates, and the gamma shape R(C − 1) of its proven tail."""
+    reps = x.shape[0]
+    ybin = _pool(n * law, math.sqrt(10.0 * n))
+    columns = int(ybin.max()) + 1
+    xbins = np.stack([margin_bins(np.bincount(row, minlength=law.size), None, n)[row] for row in x])
+    rows = xbins.max(axis=1) + 1
+    cells = xbins * columns + ybin[y]
+    table = np.zeros((reps, int(rows.max()) * columns))
+    np.add.at(table, (np.repeat(np.arange(reps), n), cells.ravel()), 1.0)
+    table = table.reshape(reps, -1, columns)
+    expected = table.sum(axis=2, keepdims=True) * table.sum(axis=1, keepdims=True) / n
+    with np.errstate(divide="ignore", invalid="ignore"):
+        half_g = np.where(table > 0, table * np.log(table / expected), 0.0).sum(axis=(1, 2))
+    return half_g, rows * (columns - 1)
+
+
+#: (law, pairs): the seed's six tokens at a small batch's calls and at a long run's, a pooled
+#: Zipf tail, and 48 pairs, where no asymptotic law holds.
+G_SHAPES = [("seed", 48), ("seed", 1_400), ("zipf-200", 400), ("two", 60)]
+
+
+@pytest.mark.parametrize("shape, n", G_SHAPES, ids=[f"{s}-{n}" for s, n in G_SHAPES])
+def test_the_g_bound_holds_for_independent_pairs(shape, n):
+    """P(G/2 ≥ x) ≤ e^{−x} (e x/s)^s with s = R(C − 1): at the critical value of rate 0.05
+    independent pairs exceed it no more often than that."""
+    law = {"seed": SEED_TARGET, "zipf-200": zipf(200), "two": np.array([0.8, 0.2])}[shape]
+    rng = np.random.default_rng([17, n])
+    x, y = _draw(law, (REPLICATES, n), rng), _draw(law, (REPLICATES, n), rng)
+    half_g, shapes = _half_g(x, y, law, n)
+    critical = np.array([_kl_critical(int(s), RATE) / 2 if s > 0 else np.inf for s in shapes])
+    hits = int((half_g >= critical - 1e-9).sum())
+    assert _not_above(hits, REPLICATES, RATE), f"{shape} n {n}: {hits} of {REPLICATES} past the 0.05 critical value"
+    # the bound itself at every threshold where the simulation sees it
+    s = int(np.median(shapes))
+    mine = half_g[shapes == s]
+    for threshold in np.linspace(s, 2 * s + 10, 8):
+        bound = multinomial_kl_tail(float(threshold), s + 1)
+        assert _not_above(int((mine >= threshold).sum()), mine.size, bound)
+
+
+@pytest.mark.parametrize("n", [48, 400, pytest.param(2_000, marks=pytest.mark.slow)])
+def test_the_cell_tails_hold_for_independent_pairs(n):
+    """The cell-by-cell test (no law given: the tree suite's pairs) fails independent pairs at
+    rate 0.05 no more often than that."""
+    rng = np.random.default_rng([19, n])
+    runs = 300
+    fails = sum(not independence_test(_draw(SEED_TARGET, (n,), rng), _draw(SEED_TARGET, (n,), rng),
+                                      false_fail_rate=RATE).details.get("cell_pvalue", 1.0) >= RATE
+                for _ in range(runs))
+    assert _not_above(fails, runs, RATE), f"n {n}: {fails} of {runs} failed at {RATE}"
+
+
+#: (block size, blocks, band mass): the two scales of ``independence-calls`` (pairs of neighbours,
+#: blocks of 25 at the seed's band of 0.4) and whole calls (the call-block sub-test: 16 calls of 300).
+BAND_SHAPES = [(2, 3_000, 0.5), (25, 400, 0.4), (21, 11, 0.51), (300, 16, 0.5), (2, 60, 0.1)]
+
+
+@pytest.mark.parametrize("m, blocks, mass", BAND_SHAPES, ids=[f"{m}x{b}" for m, b, _ in BAND_SHAPES])
+def test_the_band_bounds_hold_on_the_exact_conditional_law(m, blocks, mass):
+    """Given the band's pooled count K, the blocks' counts are a uniform permutation of K ones
+    over the blocks' slots: S = Σ c² falls at or beyond the critical sums of rate 0.05 (each
+    tail at 0.025) no more often than that."""
+    rng = np.random.default_rng([23, m, blocks])
+    k = int(round(mass * m * blocks))
+    slots = np.zeros((REPLICATES, m * blocks), dtype=np.int8)
+    slots[:, :k] = 1
+    counts = rng.permuted(slots, axis=1).reshape(REPLICATES, blocks, m).sum(axis=2, dtype=np.int64)
+    s = (counts.astype(np.float64) ** 2).sum(axis=1)
+    lo, hi = critical_sums(m, blocks, k, RATE)
+    for label, hits in (("lower", int((s <= lo).sum())), ("upper", int((s >= hi).sum()))):
+        assert _not_above(hits, REPLICATES, RATE / 2), f"{label} tail: {hits} of {REPLICATES}"
+
+
+@pytest.mark.parametrize("p, n", [(SEED_TARGET, 20_000), pytest.param(zipf(1000), 5_000, marks=pytest.mark.slow),
+                                  pytest.param(np.array([0.95, 0.05]), 2_000, marks=pytest.mark.slow)],
+                         ids=["seed", "zipf-1k", "skewed"])
+def test_dispersion_fails_independent_draws_no_more_than_its_rate(p, n):
+    """End to end at rate 0.05: iid draws from p, both scales and their Bonferroni."""
+    rng = np.random.default_rng([29, n])
+    runs = 300
+    fails = sum(not dispersion_test(_draw(p, (n,), rng), p, false_fail_rate=RATE, false_pass_rate=1e-3).passed
+                for _ in range(runs))
+    assert _not_above(fails, runs, RATE), f"{fails} of {runs} failed at {RATE}"
+
+
+# ---------------------------------------------------------------- known dependences fail, independence passes
+
+
+def test_shared_uniforms_fail_the_pair_test_and_independent_pairs_pass():
+    """Rows that share a uniform one time in five (the rest fresh): the G test fails them at
+    the gate's rate at 20,000 pairs; independent pairs pass at every seed."""
+    rng = np.random.default_rng(31)
+    n = 20_000
+    u, v = rng.random(n), rng.random(n)
+    shared = rng.random(n) < 0.2
+    cdf = np.cumsum(SEED_TARGET)
+    x = np.searchsorted(cdf, u * cdf[-1], side="right")
+    y = np.searchsorted(cdf, np.where(shared, u, v) * cdf[-1], side="right")
+    bad = independence_test(x, y, false_fail_rate=GATE_RATE, y_law=SEED_TARGET)
+    assert not bad.passed and bad.details["false_fail_basis"] == "proven"
+    assert not independence_test(x, y, false_fail_rate=GATE_RATE).passed  # the cell-by-cell form too
+    for seed in range(5):
+        r = np.random.default_rng(seed)
+        assert independence_test(_draw(SEED_TARGET, (n,), r), _draw(SEED_TARGET, (n,), r), false_fail_rate=GATE_RATE,
+                                 y_law=SEED_TARGET).passed
+
+
+def test_a_herded_stream_fails_dispersion_and_iid_draws_pass():
+    """A Weyl stream u_r = frac(φ + r √2) through p's inverse CDF: every marginal exact, the
+    draws under-dispersed; at 5,000 emissions the proven test fails it, and iid draws pass."""
+    p = zipf(1000)
+    cdf = np.cumsum(p)
+    u = (0.3 + np.arange(1, 5_001) * math.sqrt(2.0)) % 1.0
+    herded = np.minimum(np.searchsorted(cdf, u * cdf[-1], side="right"), p.size - 1)
+    r = dispersion_test(herded, p, false_fail_rate=GATE_RATE, false_pass_rate=1e-3)
+    assert not r.passed and r.details["variance_ratio"] < r.details["critical_low"]
+    iid = _draw(p, (5_000,), np.random.default_rng(37))
+    assert dispersion_test(iid, p, false_fail_rate=GATE_RATE, false_pass_rate=1e-3).passed
+
+
+def test_stratified_calls_fail_the_call_block_test():
+    """16 calls of 300 rows whose uniforms are stratified across the call: each call's band
+    count sits within one of its mean, far below the binomial spread."""
+    rng = np.random.default_rng(41)
+    calls, b = 16, 300
+    u = (rng.permuted(np.tile(np.arange(b), (calls, 1)), axis=1) + rng.random((calls, b))) / b
+    cdf = np.cumsum(SEED_TARGET)
+    tokens = np.searchsorted(cdf, u.ravel() * cdf[-1], side="right")
+    inside = heavy_band(SEED_TARGET)
+    assert not _call_block_test(inside[tokens], b, GATE_RATE).passed
+    fresh = _draw(SEED_TARGET, (calls * b,), rng)
+    assert _call_block_test(inside[fresh], b, GATE_RATE).passed
