@@ -53,7 +53,7 @@ import numpy as np
 from scipy import optimize, special, stats
 
 from specgauge.errors import InvalidDistributionError
-from specgauge.stattests.core.subsets import subset_statistic, subset_test_plan
+from specgauge.stattests.core.subsets import MAX_TOKENS, SubsetTest, subset_statistic, subset_test_plan
 from specgauge.stattests.core.tail_bounds import ZTailBound, _window, z_tail_bound
 from specgauge.stattests.core.statistics import (DEFAULT_FALSE_FAIL, DEFAULT_FALSE_PASS, TestResult,
                                                  _occurrence_min_tv, _validate_rates, pearson3_isf, validate_probs)
@@ -523,6 +523,122 @@ def proven_split(n: int, p: np.ndarray, false_fail_rate: float = DEFAULT_FALSE_F
     return split, critical
 
 
+# ---------------------------------------------------------------- wide laws: coarse scan and Z
+
+
+#: Heaviest tokens the coarse scan of a wide law tests one by one (groups of the subset scan
+#: beside the middle M and the light tail T: at most 42, under the scan's 50).
+HEAD_SIZES = (8, 16, 24, 32, 40, 48)
+
+
+@dataclass(frozen=True, eq=False)
+class CoarsePlan:
+    """How a wide law (more than 50 tokens) is tested beside the split: the subset scan over
+    the coarse law (the K heaviest tokens one by one, M and T as two groups) and Z on M, each
+    at half the rate. Any q at TV ε has ε = ε_c + ε_w, its coarse TV and the rest, and
+    ε_w ≤ ½ Σ_M |δ_i| + p(T); so the guarantee is the scan's ε_c* + s*/2 + p(T)."""
+
+    heads: int
+    groups: np.ndarray  # group of each token of p sorted ascending: 0 = T, 1 = M, 2 … = the heads
+    masses: np.ndarray  # p-mass of each group
+    coarse: SubsetTest
+    split: Split  # Z on M (no heavy token; tail T by its mass): its weights and s*
+    critical: float
+    bound: ZTailBound
+
+    @property
+    def proven_tv(self) -> float:
+        return self.coarse.proven_tv + 0.5 * self.split.middle_l1_proven + self.split.tail_mass
+
+    @property
+    def estimated_tv(self) -> float:
+        """The same with Z's lower tail under the alternative taken as normal: an estimate."""
+        return self.coarse.proven_tv + 0.5 * self.split.middle_l1 + self.split.tail_mass
+
+    def coarse_counts(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(group counts, group masses), the groups in ascending mass (the scan's order)."""
+        c = np.bincount(self.groups, weights=counts, minlength=self.masses.size)
+        order = np.argsort(self.masses, kind="stable")
+        return c[order], self.masses[order]
+
+
+def _coarse_groups(p: np.ndarray, heads: int, t: int) -> tuple[np.ndarray, np.ndarray]:
+    """(group of each token, group masses) for ``p`` sorted ascending: T = the t lightest
+    (group 0, empty when t = 0), M the rest but the ``heads`` heaviest (group 1), each head a group."""
+    v = p.size
+    groups = np.ones(v, dtype=np.int64)
+    groups[:t] = 0
+    groups[v - heads:] = 2 + np.arange(heads)
+    masses = np.bincount(groups, weights=p, minlength=heads + 2)
+    if t == 0:  # no tail: drop its empty group
+        groups -= 1
+        masses = masses[1:]
+    return groups, masses
+
+
+@lru_cache(maxsize=512)
+def _coarse_choose(n: int, key: bytes, rate: float, beta: float) -> tuple | None:
+    """(heads, tail cut, weighting) of the coarse plan with the smallest analytic figure: the
+    scan over the heads and the rest, Z on M from its analytic critical value, both at half
+    ``rate``; chosen from n, p and the rates alone."""
+    p = np.frombuffer(key, dtype=np.float64)
+    best, best_tv = None, math.inf
+    for heads in HEAD_SIZES:
+        if p.size - heads < 3:
+            break
+        coarse = subset_test_plan(n, np.sort(np.append(p[-heads:], p[:-heads].sum())), rate / 2, beta)
+        if coarse is None or coarse.proven_tv >= best_tv:
+            continue
+        for heavy, t, tail_mass, exponent, floor, m, sums in _candidates(n, p[:-heads], rate, beta):
+            if heavy >= 0 or p.size - heads - t < 2 or coarse.proven_tv + tail_mass >= best_tv:
+                continue
+            s = _middle_shift(n, m, _critical_from(n, *sums, rate / 2), beta, proven=True, cuts=(math.inf,))
+            tv = coarse.proven_tv + 0.5 * s + tail_mass
+            if tv < best_tv:
+                best, best_tv = (heads, t, exponent, floor), tv
+    return best
+
+
+@lru_cache(maxsize=512)
+def _coarse_plan(n: int, key: bytes, rate: float, beta: float) -> CoarsePlan | None:
+    """The coarse plan for one (n, p) and its proven figures (the scan exact, Z's critical
+    value from its proven null tail), or None where the law is too narrow for one."""
+    p = np.frombuffer(key, dtype=np.float64)
+    chosen = _coarse_choose(n, key, rate, beta)
+    if chosen is None:
+        return None
+    heads, t, exponent, floor = chosen
+    groups, masses = _coarse_groups(p, heads, t)
+    coarse = subset_test_plan(n, np.sort(masses), rate / 2, beta)
+    middle = np.zeros(p.size, dtype=bool)
+    middle[t:p.size - heads] = True
+    w = np.zeros_like(p)
+    w[middle] = _weights(p[middle], n, exponent, floor)
+    tail = np.zeros(p.size, dtype=bool)
+    tail[:t] = True
+    bound = z_tail_bound(n, p, w, rate / 2, math.sqrt(null_variance(n, p, w)))
+    critical = bound.critical(rate / 2)
+    m = _middle_summary(p, w)
+    split = Split(-1, tail, w, exponent, float(p[:t].sum()), 0.0, 0.0,
+                  _middle_shift(n, m, critical, beta, False), _middle_shift(n, m, critical, beta, True))
+    return CoarsePlan(heads, groups, masses, coarse, split, critical, bound)
+
+
+def _coarse_fast(n: int, p: np.ndarray, rate: float, beta: float, proven: bool = True) -> float:
+    """The coarse plan's figure with Z's analytic critical value (``proven=False``: and Z's
+    lower tail taken as normal): for sizing."""
+    chosen = _coarse_choose(n, p.tobytes(), rate, beta)
+    if chosen is None:
+        return math.inf
+    heads, t, exponent, floor = chosen
+    _, masses = _coarse_groups(p, heads, t)
+    coarse = subset_test_plan(n, np.sort(masses), rate / 2, beta)
+    w = np.zeros_like(p)
+    w[t:p.size - heads] = _weights(p[t:p.size - heads], n, exponent, floor)
+    s = _middle_shift(n, _middle_summary(p, w), _analytic_critical(n, p, w, rate / 2), beta, proven)
+    return coarse.proven_tv + 0.5 * s + float(p[:t].sum())
+
+
 # ---------------------------------------------------------------- the test
 
 
@@ -577,6 +693,9 @@ def identity_test(
     if subsets is not None:  # both tests at half the rate each: the subsets' worst case, Z's power on diffuse biases
         rate /= 2
     split, bound, critical = _plan(n, p.tobytes(), rate, float(false_pass_rate))
+    coarse = _coarse_plan(n, p.tobytes(), rate, float(false_pass_rate)) if p.size > MAX_TOKENS else None
+    if coarse is not None and coarse.proven_tv < split.proven_tv:  # chosen from n, p and the rates alone
+        return _coarse_result(coarse, c, p, n, hits, measured, false_fail_rate)
     z = float(middle_statistic(c, p, split.weights))
     pvalues = {"middle": bound.sf(z)}
     if split.heavy >= 0:
@@ -613,6 +732,34 @@ def identity_test(
                       None, details)
 
 
+def _coarse_result(plan: CoarsePlan, c: np.ndarray, p: np.ndarray, n: int, hits: float, measured: float,
+                   false_fail_rate: float) -> TestResult:
+    """The identity row of a wide law tested by the coarse plan: the scan's and Z's proven
+    p-values, each test at half the rate (Bonferroni: twice the smaller)."""
+    z = float(middle_statistic(c, p, plan.split.weights))
+    counts, masses = plan.coarse_counts(c)
+    d = subset_statistic(counts, masses)
+    pvalues = {"coarse": plan.coarse.pvalue(d), "middle": plan.bound.sf(z)}
+    worst = min(pvalues, key=pvalues.get)
+    pvalue = min(1.0, 2 * pvalues[worst])
+    message = (f"worst-case TV {_tv_text(plan.proven_tv)} proven (two tests at half the rate each: the empirical TV "
+               f"of the coarse law, the {plan.heads} heaviest tokens one by one and the rest in two groups, against "
+               f"every subset's exact binomial law, {_tv_text(plan.coarse.proven_tv)}; Z on the rest with Bernstein "
+               f"and a fourth-moment bound, plus the light tail's mass), {_tv_text(plan.estimated_tv)} estimated "
+               f"(normal tail of Z)")
+    on = plan.split.weights > 0
+    details = {"plan": "coarse scan and Z", "coarse_statistic": d, "coarse_critical": plan.coarse.critical,
+               "coarse_tv": plan.coarse.proven_tv, "heads": float(plan.heads),
+               "null_sd": math.sqrt(null_variance(n, p, plan.split.weights)), "critical": plan.critical,
+               "impossible_hits": hits, "false_fail_basis": "proven", "measured_tv": measured,
+               "proven_tv": plan.proven_tv, "estimated_tv": plan.estimated_tv, "tail_mass": plan.split.tail_mass,
+               "tail_tokens": float(plan.split.tail.sum()), "middle_tokens": float(on.sum()),
+               "weight_exponent": plan.split.exponent, "middle_l1": plan.split.middle_l1,
+               "message": f"{message}; false-fail rate proven; rows assumed independent; smallest p-value: {worst}"}
+    return TestResult("identity", math.inf if hits else z, 0.0 if hits else pvalue, n, false_fail_rate,
+                      plan.proven_tv, None, details)
+
+
 def min_discrepancy_of_identity_test(n: int, probs: np.ndarray, *, false_fail_rate: float = DEFAULT_FALSE_FAIL,
                                      false_pass_rate: float = DEFAULT_FALSE_PASS, proven: bool = True,
                                      fast: bool = False) -> float:
@@ -633,8 +780,13 @@ def min_discrepancy_of_identity_test(n: int, probs: np.ndarray, *, false_fail_ra
     small = subsets.proven_tv if subsets is not None else math.inf
     if subsets is not None:  # the two tests share the rate
         false_fail_rate /= 2
+    wide = p.size > MAX_TOKENS
     if proven and not fast:
-        return min(small, _plan(n, p.tobytes(), float(false_fail_rate), float(false_pass_rate))[0].proven_tv)
+        figure = _plan(n, p.tobytes(), float(false_fail_rate), float(false_pass_rate))[0].proven_tv
+        coarse = _coarse_plan(n, p.tobytes(), float(false_fail_rate), float(false_pass_rate)) if wide else None
+        return min(small, figure, coarse.proven_tv if coarse is not None else math.inf)
+    if wide:
+        small = _coarse_fast(n, p, float(false_fail_rate), float(false_pass_rate), proven)
     heavy, t, exponent, floor = _choose(n, p.tobytes(), float(false_fail_rate), float(false_pass_rate))
     w, tail = _layout(n, p, heavy, t, exponent, floor)
     tail_mass = float(p[tail].sum())
