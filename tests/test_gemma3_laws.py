@@ -114,3 +114,27 @@ def test_rebuilding_from_the_model_gives_the_same_laws(tmp_path):
         assert rebuilt_meta["fixtures"][name]["continuation"] == shipped_meta["fixtures"][name]["continuation"]
         for a, b in zip(shipped[name], rebuilt[name]):
             assert 0.5 * np.abs(a - b).sum(axis=1).max() < 1e-3, name
+
+
+@pytest.mark.slow
+def test_gemma3_self_drafts_run_the_models_own_layers():
+    """Gemma 3 mixes sliding and full attention with a rotary embedding per layer type: a draft
+    of every layer is the target exactly, and the fixtures' drafts skip real work."""
+    from specgauge.fixtures import real_models
+
+    reason = real_models.available(gemma3_laws.MODEL)
+    if reason:
+        pytest.skip(reason)
+    import torch
+
+    torch.set_num_threads(1)
+    model = real_models.load(gemma3_laws.MODEL)
+    ids = model.tokenizer("Question: Why is the sky blue?\nAnswer:", return_tensors="pt").input_ids
+    with torch.no_grad():
+        target = model.model(ids).logits
+    assert torch.equal(model.skipping([]).logits(ids), target)
+    assert torch.equal(model.truncated(model.num_layers).logits(ids), target)
+    for ctx in gemma3_laws.CONTEXTS:
+        assert not torch.equal(model.skipping(ctx.skip).logits(ids), target)
+    assert len(model.model.model.layers) == 18 and all(type(layer).__name__ == "Gemma3DecoderLayer"
+                                                       for layer in model.model.model.layers)  # restored
