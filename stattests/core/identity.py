@@ -33,7 +33,11 @@ Two figures come from that bound:
 
 On at most 50 tokens (:mod:`specgauge.stattests.core.subsets`) the empirical TV against
 every subset's exact binomial law runs beside it, each test at half the rate: the figure
-is the smaller proven one, the p-value twice the smaller.
+is the smaller proven one, the p-value twice the smaller. On wider laws a second plan
+(:class:`CoarsePlan`) takes the split's place where its proven figure is smaller: the same
+scan over a coarsening of p (the heaviest tokens one by one, the middle M and the light
+tail T as two groups) and Z on M, each at half the rate; its figure is the scan's + s*/2 +
+p(T), since any q's TV is its coarse TV plus at most ½ Σ_M |δ| + p(T).
 
 The critical value of Z and its p-value come from a proven bound on Z's null upper tail
 (:mod:`specgauge.stattests.core.tail_bounds`: exact binomial truncation, Poissonization,
