@@ -1,13 +1,15 @@
-"""The proven false-fail rates of the independence rows, checked by simulation.
+"""The proven false-fail rates of the independence and tail-collision rows, checked by simulation.
 
 The bounds are theorems (docs/gate.md, "The independence rows, proven"): the pair tests'
 G against Agrawal's gamma tail multiplied over the table's rows given x, the cell-by-cell
-test's hypergeometric tails, and the band counts' Chernoff bounds on their exact conditional
-law (``independence-calls`` and the call-block sub-test of ``independence-rows``). Here each
+test's hypergeometric tails, the band counts' Chernoff bounds on their exact conditional
+law (``independence-calls`` and the call-block sub-test of ``independence-rows``), and the
+rare tokens' collision count under its exponential martingales (``tail-collisions``). Here each
 is held, at a rate large enough for a simulation to see (0.05), to its simulated null at
 the shapes the gate uses, small samples included; and the rows fail known dependences
-(shared uniforms, a herded stream, stratified calls) while independent draws pass. Every
-comparison is a one-sided binomial test at ``META_RATE``, never a guessed tolerance.
+(shared uniforms, a herded stream, stratified calls, merged rare tokens) while independent
+draws pass. Every comparison is a one-sided binomial test at ``META_RATE``, never a guessed
+tolerance.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from scipy import stats
 from specgauge.fixtures.pairs import SEED_TARGET, zipf
 from specgauge.stattests.chain.checks import _call_block_test, dispersion_test, heavy_band
 from specgauge.stattests.core.band_dispersion import critical_sums
-from specgauge.stattests.core.statistics import (_kl_critical, _pool, independence_test, margin_bins,
-                                                 multinomial_kl_tail)
+from specgauge.stattests.core.statistics import (_collision_martingale, _kl_critical, _pool, independence_test,
+                                                 margin_bins, multinomial_kl_tail, tail_collision_test)
 
 META_RATE = 1e-6
 RATE = 0.05
@@ -173,3 +175,50 @@ def test_stratified_calls_fail_the_call_block_test():
     assert not _call_block_test(inside[tokens], b, GATE_RATE).passed
     fresh = _draw(SEED_TARGET, (calls * b,), rng)
     assert _call_block_test(inside[fresh], b, GATE_RATE).passed
+
+
+# ---------------------------------------------------------------- the rare tokens' collisions
+
+#: (law, draws at the position): zipf-1k's and the 32k fixture's sizes in the default tier, and
+#: wide-70000's (the three shapes whose tail-collisions rows test a band).
+TAIL_SHAPES = [(1000, 3_300), (32_000, 1_415), pytest.param(70_000, 754, marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("vocab, n", TAIL_SHAPES, ids=["zipf-1k", "zipf-32k", "wide-70000"])
+def test_tail_collisions_fail_iid_draws_no_more_than_their_rate(vocab, n):
+    """Multinomial draws from p at rate 0.05: the exponential-martingale p-value (every band,
+    Bonferroni) falls below 0.05 no more often than that."""
+    p = zipf(vocab)
+    rng = np.random.default_rng([43, vocab])
+    runs = 400
+    results = [tail_collision_test(rng.multinomial(n, p), p, false_fail_rate=RATE, seed=i) for i in range(runs)]
+    tested = [r for r in results if r.n]
+    assert tested and {r.details["false_fail_basis"] for r in tested} == {"proven"}
+    fails = sum(not r.passed for r in results)
+    assert _not_above(fails, runs, RATE), f"{fails} of {runs} failed at {RATE}"
+
+
+def test_the_collision_martingale_bound_holds_at_every_threshold():
+    """One band of 2,000 equally likely tokens, 600 draws: P(p-value ≤ a) ≤ a for a from 0.3
+    to 0.01 (the p-value itself is valid, not only the verdict at one rate)."""
+    p = np.full(2_000, 1 / 2_000)
+    rng = np.random.default_rng(47)
+    pvalues = np.array([_collision_martingale(rng.multinomial(600, p).astype(np.float64), p, rng)[3]
+                        for _ in range(REPLICATES // 4)])
+    for a in (0.3, 0.1, 0.03, 0.01):
+        assert _not_above(int((pvalues <= a).sum()), pvalues.size, a), f"P(p <= {a}) ~ {np.mean(pvalues <= a)}"
+
+
+def test_merged_rare_neighbours_fail_the_collision_test_and_p_passes():
+    """Rare tokens of zipf-1k merged pairwise (odd ids emitted as their even neighbour: Σr²
+    doubles) at 3,300 draws fail at the gate's rate; draws from p pass."""
+    p = zipf(1000)
+    n = 3_300
+    rare = np.flatnonzero(n * p < 10)
+    q = p.copy()
+    even, odd = rare[0:-1:2], rare[1::2][: rare[0:-1:2].size]
+    q[even] += q[odd]
+    q[odd] = 0.0
+    rng = np.random.default_rng(53)
+    assert not tail_collision_test(rng.multinomial(n, q), p, false_fail_rate=GATE_RATE).passed
+    assert tail_collision_test(rng.multinomial(n, p), p, false_fail_rate=GATE_RATE).passed

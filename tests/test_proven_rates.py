@@ -62,14 +62,15 @@ def test_goodness_of_fit_fails_no_more_than_its_rate_under_the_null(probs, n):
 
 
 def test_tokens_per_pass_fail_no_more_than_their_rate_under_the_null():
-    """γ = 4, one acceptance law for every row (multinomial passes) and, for ``law``, rows of
-    their own laws (Bernstein holds for independent passes that are not identical)."""
+    """γ = 4, one acceptance law for every row (multinomial passes) and rows of their own laws
+    (Bernstein holds for independent passes that are not identical: ``law``'s sum, and each
+    length's count in ``tokens_per_pass``)."""
     rate = 1e-3
     rng = np.random.default_rng(9)
     same = np.array([[0.8, 0.7, 0.6, 0.5]])
     own = rng.uniform(0.2, 0.95, size=(60, 4))
     cdf = np.cumsum([tokens_per_pass_pmf(a) for a in own], axis=1)  # each row's own law
-    fails = {"tokens_per_pass": 0, "law_same": 0, "law_own": 0}
+    fails = {"tokens_per_pass": 0, "tokens_per_pass_own": 0, "law_same": 0, "law_own": 0}
     for _ in range(RUNS):
         lengths = 1 + rng.choice(5, size=60, p=tokens_per_pass_pmf(same))
         fails["tokens_per_pass"] += not tokens_per_pass_test(lengths, same, false_fail_rate=rate).passed
@@ -78,8 +79,11 @@ def test_tokens_per_pass_fail_no_more_than_their_rate_under_the_null():
         r = tokens_per_pass_mean_test(draws, own, false_fail_rate=rate)
         assert r.details["false_fail_basis"] == "proven"
         fails["law_own"] += not r.passed
+        fails["tokens_per_pass_own"] += not tokens_per_pass_test(draws, own, false_fail_rate=rate).passed
     assert tokens_per_pass_test(lengths, np.repeat(own[:1], 60, axis=0), false_fail_rate=rate).details["false_fail_basis"] == "proven"
-    assert tokens_per_pass_test(draws, own, false_fail_rate=rate).details["false_fail_basis"] == "estimated"
+    # rows of their own laws: each length's Poisson-binomial count under Bernstein's bound (proven)
+    assert tokens_per_pass_test(draws, own, false_fail_rate=rate).details["false_fail_basis"] == "proven"
+    assert tokens_per_pass_test(draws, own, false_fail_rate=0.01).details["false_fail_basis"] == "estimated"
     for name, count in fails.items():
         assert _not_above(count, RUNS, rate), f"{name}: {count} of {RUNS} failed at rate {rate}"
 

@@ -149,7 +149,7 @@ def tail_collisions(run: FixtureRun, rates: Rates) -> dict[int | None, TestResul
     for k in range(fx.gamma + 1):
         counts = np.bincount(_emitted_at(run, k), minlength=fx.vocab_size)
         out[k] = tail_collision_test(counts, fx.target[k], false_fail_rate=rates.false_fail,
-                                     false_pass_rate=rates.false_pass)
+                                     false_pass_rate=rates.false_pass, seed=run.seed + k)
     return out
 
 

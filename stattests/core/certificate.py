@@ -46,7 +46,7 @@ FALSE_FAIL_BASIS = {
     "identity": "proven", "pit_ks": "proven", "ks_uniformity": "proven", "accepted_length_ks": "proven",
     "sibling_rounds_ks": "proven", "pvalue_uniformity": "proven", "contract": "exact", "greedy": "exact",
     "optimal_bound": "exact", "acceptance_rate": "exact", "goodness_of_fit": "estimated",
-    "independence": "proven", "dispersion": "proven", "tail_collisions": "estimated",
+    "independence": "proven", "dispersion": "proven", "tail_collisions": "proven",
     "tokens_per_pass": "estimated", "tokens_per_pass_mean": "estimated", "law": "estimated",
     "homogeneity": "estimated", "joint_bound": "estimated",
 }

@@ -215,8 +215,9 @@ def _goodness_of_fit(counts, probs, false_fail_rate, false_pass_rate, min_expect
     impossible = probs <= 0.0
     hits = float(counts[impossible].sum())
     measured_tv = float(total_variation(counts / max(n, 1), probs))
-    if n == 0:
-        return TestResult("goodness_of_fit", 0.0, 1.0, 0, false_fail_rate, math.inf, 0, {"measured_tv": 0.0})
+    if n == 0:  # nothing drawn: the row cannot fail, whatever the law
+        return TestResult("goodness_of_fit", 0.0, 1.0, 0, false_fail_rate, math.inf, 0,
+                          {"measured_tv": 0.0, "false_fail_basis": "exact"})
     possible = ~impossible
     expected = n * probs[possible]
     bins = _pool(expected, min_expected)
@@ -300,23 +301,62 @@ def _gamma_two_sided(x: float, mean: float, variance: float) -> float:
     return float(min(1.0, 2 * min(stats.gamma.cdf(x, shape, scale=scale), stats.gamma.sf(x, shape, scale=scale))))
 
 
+#: Tilts λ of the collision test's exponential martingales, each sign (any λ gives a valid bound;
+#: the rate is split over all of them).
+TILTS = np.geomspace(1e-3, 3.0, 30)
+
+
+def _collision_martingale(counts: np.ndarray, probs: np.ndarray, rng: np.random.Generator) -> tuple[float, float, float, float]:
+    """One band's collision martingale: (M, Σ μ_j, Σ of the conditional variances, p-value).
+
+    The band's m draws in a random order (a uniform shuffle of the counts, so under p an iid
+    sequence from r, the band's law renormalised): D_j = earlier draws equal to the j-th, so
+    Σ D_j = C/2, the unordered equal pairs. Given the first j − 1 draws (counts c_t), D_j is
+    c_T with T ~ r: mean μ_j = Σ_t c_t r_t, cumulant ψ_j(λ) = log Σ_t r_t e^{λ c_t} − λ μ_j,
+    both known before the draw. So exp(λ M_j − Σ_{i≤j} ψ_i(λ)), M = Σ (D_j − μ_j), is a
+    non-negative martingale of mean 1 for every λ, and Markov's inequality gives
+    P(λ M − Σ ψ(λ) ≥ log(2 |TILTS| / α)) ≤ α / (2 |TILTS|) for each λ = ±TILTS: the p-value
+    min_λ 2 |TILTS| e^{−(λ M − Σ ψ(λ))} is valid at every rate, no asymptotics, no truncation."""
+    r = probs / probs.sum()
+    order = rng.permutation(np.repeat(np.arange(counts.size), counts.astype(np.int64)))
+    first = np.argsort(order, kind="stable")  # draws grouped by token, in their order
+    group = order[first]
+    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    seen = np.empty(order.size, dtype=np.int64)  # D_j: the draw's earlier copies
+    seen[first] = np.arange(order.size) - np.repeat(starts, np.diff(np.r_[starts, order.size]))
+    rt = r[order]
+    mu = np.cumsum(rt) - rt  # Σ_t c_t r_t before the draw
+    grow = (2 * seen + 1) * rt
+    square = np.cumsum(grow) - grow  # Σ_t c_t² r_t before it
+    martingale = float((seen - mu).sum())
+    lam = np.r_[TILTS, -TILTS][:, None]
+    # Σ_t r_t e^{λ c_t} before each draw: 1 at the start, each draw adding r_T e^{λ D}(e^λ − 1)
+    step = rt * np.exp(lam * seen) * np.expm1(lam)
+    mgf = 1.0 + np.cumsum(step, axis=1) - step
+    log_martingale = lam[:, 0] * martingale - (np.log(mgf).sum(axis=1) - lam[:, 0] * mu.sum())
+    pvalue = float(min(1.0, lam.size * math.exp(-float(log_martingale.max()))))
+    return martingale, float(mu.sum()), float(np.maximum(square - mu * mu, 0.0).sum()), pvalue
+
+
 def tail_collision_test(
     counts: np.ndarray, probs: np.ndarray, *, false_fail_rate: float = DEFAULT_FALSE_FAIL,
-    false_pass_rate: float = DEFAULT_FALSE_PASS, min_expected: float = MIN_EXPECTED,
+    false_pass_rate: float = DEFAULT_FALSE_PASS, min_expected: float = MIN_EXPECTED, seed: int = 0,
 ) -> TestResult:
     """Collisions among the rare categories that :func:`goodness_of_fit` pools into one bin.
 
     The rare categories (expected fewer than ``min_expected`` times) are split into decade
-    bands of expected count; within a band the draws that fell there, m of them, collide
-    C = Σ c_i (c_i − 1) times (ordered pairs). Under ``probs`` C has a known mean and
-    variance (:func:`_collisions`); a gamma law with those moments gives its p-value, and
-    the bands that expect at least MIN_COLLISIONS pairs share the false-fail rate
-    (Bonferroni). A bias that moves mass between rare tokens of similar probability (the
-    pooled bin cannot see it, nor any prefix of a vocabulary order when it alternates)
-    changes Σr²: merging neighbours pairwise doubles it. This is not a TV bound (a bias
-    that keeps Σr² escapes it), so ``min_detectable_tv`` is NaN and
+    bands of expected count; a band is tested where its m draws expect at least
+    2 MIN_COLLISIONS equal ordered pairs and no token holds more than MAX_SHARE of it. A
+    bias that moves mass between rare tokens of similar probability (the pooled bin cannot
+    see it, nor any prefix of a vocabulary order when it alternates) changes Σr²: merging
+    neighbours pairwise doubles it. The band's draws, shuffled (``seed`` fixes the order),
+    count their equal pairs one draw at a time, and the count's exponential martingales
+    (:func:`_collision_martingale`) bound both tails at any rate: the false-fail rate is
+    proven, the bands sharing it (Bonferroni). This is not a TV bound (a bias that keeps
+    Σr² escapes it), so ``min_detectable_tv`` is NaN and
     ``details["detectable_relative_shift"]`` is the relative change of Σr² the least
-    sensitive tested band detects.
+    sensitive tested band detects (past a Bennett critical value, with the normal power
+    step: an estimate).
     """
     _validate_rates(false_fail_rate, false_pass_rate)
     probs = validate_probs(probs)
@@ -325,13 +365,16 @@ def tail_collision_test(
     expected = n * probs
     tail = (probs > 0) & (expected < min_expected)
     band = np.floor(np.log10(np.where(tail, expected, min_expected) / min_expected)).astype(int)
-    bands = []
+    rng = np.random.default_rng([seed, 7919])
+    chosen = []
     for b in np.unique(band[tail]):
         inside = tail & (band == b)
         if probs[inside].max() <= MAX_SHARE * probs[inside].sum() and counts[inside].sum() >= 2:
-            observed, mean, variance = _collisions(counts[inside], probs[inside])
+            _, mean, _ = _collisions(counts[inside], probs[inside])
             if mean >= 2 * MIN_COLLISIONS:
-                bands.append((observed, mean, variance))
+                chosen.append(inside)
+    each = false_fail_rate / max(len(chosen), 1)
+    bands = [(*_collision_martingale(counts[inside], probs[inside], rng), inside) for inside in chosen]
     m = int(counts[tail].sum())
     if not bands:  # untested (n = 0): say why, the position itself may well be reached
         reason = (f"untested at {int(n):,} draws: no band of rare tokens (expected fewer than {min_expected:g} "
@@ -340,15 +383,24 @@ def tail_collision_test(
         if not tail.any():
             reason = f"untested at {int(n):,} draws: no token is rare at this size (each expected {min_expected:g}+ times)"
         return TestResult("tail_collisions", 0.0, 1.0, 0, false_fail_rate, math.nan, None,
-                          {"message": reason, "reason": reason})
-    pvalues = [_gamma_two_sided(*band_) for band_ in bands]
+                          {"message": reason, "reason": reason, "false_fail_basis": "exact"})
+    pvalues = [band_[3] for band_ in bands]
     worst = int(np.argmin(pvalues))
-    power_z = stats.norm.isf(false_fail_rate / (2 * len(bands))) + stats.norm.isf(false_pass_rate)
-    observed, mean, variance = bands[worst]
-    details = {"observed_collisions": observed, "expected_collisions": mean, "tail_draws": float(m),
-               "bands": float(len(bands)),
-               "detectable_relative_shift": max(power_z * math.sqrt(v) / mu for _, mu, v in bands)}
-    return TestResult("tail_collisions", (observed - mean) / math.sqrt(variance),
+    z_pass = stats.norm.isf(false_pass_rate)
+    log_rate = math.log(2 * TILTS.size / each)
+    shifts = []
+    for *_, inside in bands:  # the mean shift (C/2) × δ past the critical value (Bennett's, increments near
+        r = probs[inside] / probs[inside].sum()  # Poisson: range 1), with the normal power step: an estimate
+        m = float(counts[inside].sum())
+        half_pairs = m * (m - 1) / 2 * float((r * r).sum())
+        v = half_pairs * (1.0 - float((r * r).sum()))
+        critical = log_rate / 3 + math.sqrt((log_rate / 3) ** 2 + 2 * v * log_rate)
+        shifts.append((critical + z_pass * math.sqrt(v)) / max(half_pairs, 1e-300))
+    martingale, compensator, variance = bands[worst][:3]
+    details = {"observed_collisions": compensator + martingale, "expected_collisions": compensator,
+               "tail_draws": float(m), "bands": float(len(bands)), "detectable_relative_shift": max(shifts),
+               "false_fail_basis": "proven"}
+    return TestResult("tail_collisions", martingale / math.sqrt(max(variance, 1e-300)),
                       min(1.0, len(bands) * pvalues[worst]), m, false_fail_rate, math.nan, None, details)
 
 
@@ -575,8 +627,40 @@ def tokens_per_pass_test(
     pmf = tokens_per_pass_pmf(alphas)
     iid = alphas.shape[0] == 1 or bool((np.ptp(alphas, axis=0) < 1e-12).all())
     result = _goodness_of_fit(counts.astype(float), pmf / pmf.sum(), false_fail_rate, false_pass_rate, MIN_EXPECTED, iid)
-    return TestResult("tokens_per_pass", result.statistic, result.pvalue, result.n, false_fail_rate,
-                      result.min_detectable_tv, result.df, result.details)
+    pvalue, detectable, details = result.pvalue, result.min_detectable_tv, dict(result.details)
+    if not iid and lengths.size == alphas.shape[0]:  # each row its own law (one pass a row)
+        reach = np.concatenate([np.ones((alphas.shape[0], 1)), np.cumprod(alphas, axis=1)], axis=1)
+        own = reach * np.concatenate([1.0 - alphas, np.ones((alphas.shape[0], 1))], axis=1)  # [rows, γ+1]
+        expected, variance = own.sum(axis=0), (own * (1.0 - own)).sum(axis=0)
+        if (variance <= 1e-12).all():  # every row's length certain: the counts are too, no randomness
+            pvalue = 1.0 if np.abs(counts - expected).max() < 0.5 else 0.0
+            details["false_fail_basis"] = "exact"
+        elif false_fail_rate <= KS_PROVEN_BELOW:
+            pvalue, detectable = _bernstein_counts(counts, expected, variance, pvalue, detectable, false_fail_rate,
+                                                   false_pass_rate)
+            details["false_fail_basis"] = "proven"
+    return TestResult("tokens_per_pass", result.statistic, pvalue, result.n, false_fail_rate, detectable, result.df,
+                      details)
+
+
+def _bernstein_counts(counts: np.ndarray, expected: np.ndarray, variance: np.ndarray, pvalue: float,
+                      detectable: float, false_fail_rate: float, false_pass_rate: float) -> tuple[float, float]:
+    """Counts of independent draws from laws of their own (a Poisson-binomial count per
+    category): each category's count against Bernstein's two-sided bound
+    2 exp(−t² / (2 (v + t/3))), Bonferroni over the categories. Where the chi-square p-value
+    is at most :data:`KS_PROVEN_BELOW` the p-value is never below that, so the row's rate is
+    proven; the detectable TV is the larger of the chi-square's and ½ Σ (Bernstein's
+    critical distance + the power step) / n, a bias spread over every category."""
+    cats = counts.size
+    t = np.abs(counts - expected)
+    bound = float(min(1.0, cats * (2 * np.exp(-t * t / (2 * (variance + t / 3)))).min()))
+    if pvalue <= KS_PROVEN_BELOW:
+        pvalue = max(pvalue, bound)
+    log_rate = math.log(2 * cats / false_fail_rate)
+    critical = log_rate / 3 + np.sqrt((log_rate / 3) ** 2 + 2 * variance * log_rate)
+    n = max(float(expected.sum()), 1.0)
+    spread = 0.5 * float((critical + stats.norm.isf(false_pass_rate) * np.sqrt(variance)).sum()) / n
+    return pvalue, max(detectable, spread)
 
 
 def tokens_per_pass_mean_test(
@@ -601,10 +685,11 @@ def tokens_per_pass_mean_test(
         return TestResult("tokens_per_pass_mean", 0.0, 1.0, 0, false_fail_rate, math.inf)
     observed = float(lengths.mean())
     details = {"observed_mean": observed, "expected_mean": mean}
-    if variance <= 0:
+    if variance <= 0:  # every pass's length certain: no randomness to err on
         ok = bool(np.all(lengths == mean))
         return TestResult("tokens_per_pass_mean", observed - mean, 1.0 if ok else 0.0, n,
-                          false_fail_rate, _occurrence_min_tv(n, false_pass_rate), None, details)
+                          false_fail_rate, _occurrence_min_tv(n, false_pass_rate), None,
+                          {**details, "false_fail_basis": "exact"})
     z = (observed - mean) / math.sqrt(variance / n)
     pvalue = float(2 * stats.norm.sf(abs(z)))
     reach = float(pmf.size - 1)  # γ: a pass's count lies within γ of its mean

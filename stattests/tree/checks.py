@@ -55,8 +55,8 @@ def _contexts(run: TreeRun, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]
 
 def _summed_fit(cells: np.ndarray, tokens: np.ndarray, probs: np.ndarray, rates: Rates, test: str) -> TestResult:
     """Goodness of fit in every context (``cells`` labels it), summed into one chi-square."""
-    if tokens.size == 0:
-        return TestResult(test, 0.0, 1.0, 0, rates.false_fail, math.inf)
+    if tokens.size == 0:  # nothing drawn: the row cannot fail
+        return TestResult(test, 0.0, 1.0, 0, rates.false_fail, math.inf, None, {"false_fail_basis": "exact"})
     labels, first, inverse = np.unique(cells, return_index=True, return_inverse=True)
     vocab = probs.shape[1]
     counts = np.zeros((labels.size, vocab))
@@ -68,7 +68,7 @@ def _summed_fit(cells: np.ndarray, tokens: np.ndarray, probs: np.ndarray, rates:
     pvalue = 0.0 if math.isinf(statistic) else (float(stats.chi2.sf(statistic, df)) if df > 0 else 1.0)
     # given the contexts, their counts are independent multinomials: the gamma bounds on each
     # context's moment generating function multiply (shape Σ df), so the summed G's tail is proven
-    proven = all(r.details.get("false_fail_basis") == "proven" for r in results)
+    proven = all(r.details.get("false_fail_basis") in ("proven", "exact") for r in results)
     if proven and 0 < pvalue <= KS_PROVEN_BELOW:
         g = float(sum(r.details.get("g_statistic", 0.0) for r in results))
         pvalue = max(pvalue, multinomial_kl_tail(g / 2.0, int(df) + 1))
@@ -130,7 +130,8 @@ def independence_rows(run: TreeRun, rates: Rates) -> dict[int | None, TestResult
                                  false_pass_rate=rates.false_pass) for x, y in pairs]
     worst = min(results, key=lambda r: r.pvalue)
     return {None: TestResult("independence", worst.statistic, min(1.0, len(pairs) * worst.pvalue), run.n,
-                             rates.false_fail, max(r.min_detectable_tv for r in results), worst.df)}
+                             rates.false_fail, max(r.min_detectable_tv for r in results), worst.df,
+                             {"false_fail_basis": worst.details.get("false_fail_basis", "estimated")})}
 
 
 def sibling_rounds(run: TreeRun, rates: Rates) -> dict[int | None, TestResult]:
@@ -153,20 +154,32 @@ def accepted_length(run: TreeRun, rates: Rates) -> dict[int | None, TestResult]:
 
 
 def law(run: TreeRun, rates: Rates) -> dict[int | None, TestResult]:
-    """Mean accepted length equals the law's E = Σ_i P(node i on the path) (a z-test)."""
+    """Mean accepted length equals the law's E = Σ_i P(node i on the path) (a z-test, never below
+    Bernstein's bound wherever a verdict reads it: proven)."""
     support = np.arange(run.length_pmf.shape[1])
     means = run.length_pmf @ support
     variance = float((run.length_pmf @ support**2 - means**2).sum())
     observed, expected = float((run.lengths - 1).sum()), float(means.sum())
     details = {"observed_mean": observed / max(run.n, 1), "expected_mean": expected / max(run.n, 1)}
-    if variance <= 1e-12:
+    if variance <= 1e-12:  # every row's length certain: no randomness to err on
         ok = abs(observed - expected) < 1e-6
         return {None: TestResult("law", observed - expected, 1.0 if ok else 0.0, run.n, rates.false_fail,
-                                 0.0, None, details)}
+                                 0.0, None, {**details, "false_fail_basis": "exact"})}
     z = (observed - expected) / math.sqrt(variance)
-    power = stats.norm.isf(rates.false_fail / 2) + stats.norm.isf(rates.false_pass)
-    return {None: TestResult("law", z, float(2 * stats.norm.sf(abs(z))), run.n, rates.false_fail,
-                             power * math.sqrt(variance) / max(run.n, 1), None, details)}
+    pvalue = float(2 * stats.norm.sf(abs(z)))
+    # Bernstein: the rows' lengths are independent, each within `reach` of its mean, their
+    # variances summing to `variance`; wherever a verdict reads the p-value it is never below
+    # 2 exp(-t^2 / (2 (v + reach t / 3))), so the rate is proven, and the figure is past its critical value
+    reach = float(support[-1])
+    if pvalue <= KS_PROVEN_BELOW:
+        t = abs(observed - expected)
+        pvalue = max(pvalue, min(1.0, 2 * math.exp(-t * t / (2 * (variance + reach * t / 3)))))
+    log_rate = math.log(2 / rates.false_fail)
+    critical = reach * log_rate / 3 + math.sqrt((reach * log_rate / 3) ** 2 + 2 * variance * log_rate)
+    detectable = (critical + stats.norm.isf(rates.false_pass) * math.sqrt(variance)) / max(run.n, 1)
+    basis = "proven" if rates.false_fail <= KS_PROVEN_BELOW else "estimated"
+    return {None: TestResult("law", z, pvalue, run.n, rates.false_fail, detectable, None,
+                             {**details, "false_fail_basis": basis})}
 
 
 def greedy(run: TreeRun, rates: Rates) -> dict[int | None, TestResult]:
