@@ -531,8 +531,9 @@ def proven_split(n: int, p: np.ndarray, false_fail_rate: float = DEFAULT_FALSE_F
 
 
 #: Heaviest tokens the coarse scan of a wide law tests one by one (groups of the subset scan
-#: beside the middle M and the light tail T: at most 42, under the scan's 50).
-HEAD_SIZES = (8, 16, 24, 32, 40, 48)
+#: beside the middle M and the light tail T: at most 50, the scan's limit). The first is
+#: tried with every tail mass and weighting, the rest near the best of those.
+HEAD_SIZES = (16, 8, 24, 32, 40, 48)
 
 
 @dataclass(frozen=True, eq=False)
@@ -580,26 +581,42 @@ def _coarse_groups(p: np.ndarray, heads: int, t: int) -> tuple[np.ndarray, np.nd
     return groups, masses
 
 
+@lru_cache(maxsize=1024)
+def _coarse_scale(key: bytes, heads: int, rate: float, beta: float, n0: int) -> float:
+    """√n0 times the scan's figure on the heads and the rest at n0 draws: the choice reads
+    it as the figure at n over √n (n0 the power of two nearest n), one scan a law and octave."""
+    p = np.frombuffer(key, dtype=np.float64)
+    plan = subset_test_plan(n0, np.sort(np.append(p[-heads:], p[:-heads].sum())), rate / 2, beta)
+    return plan.proven_tv * math.sqrt(n0) if plan is not None else math.inf
+
+
 @lru_cache(maxsize=512)
 def _coarse_choose(n: int, key: bytes, rate: float, beta: float) -> tuple | None:
     """(heads, tail cut, weighting) of the coarse plan with the smallest analytic figure: the
-    scan over the heads and the rest, Z on M from its analytic critical value, both at half
-    ``rate``; chosen from n, p and the rates alone."""
+    scan over the heads and the rest (scaled from the nearest power of two of n), Z on M from
+    its analytic critical value, both at half ``rate``; chosen from n, p and the rates alone. Every tail mass and weighting is tried
+    at the first head count, then the three tail masses nearest the best at each other."""
     p = np.frombuffer(key, dtype=np.float64)
-    best, best_tv = None, math.inf
+    best, best_tv, near = None, math.inf, None
     for heads in HEAD_SIZES:
         if p.size - heads < 3:
             break
-        coarse = subset_test_plan(n, np.sort(np.append(p[-heads:], p[:-heads].sum())), rate / 2, beta)
-        if coarse is None or coarse.proven_tv >= best_tv:
+        coarse = _coarse_scale(key, heads, rate, beta, 2 ** round(math.log2(max(n, 2)))) / math.sqrt(n)
+        if coarse >= best_tv:
             continue
+        found = None
         for heavy, t, tail_mass, exponent, floor, m, sums in _candidates(n, p[:-heads], rate, beta):
-            if heavy >= 0 or p.size - heads - t < 2 or coarse.proven_tv + tail_mass >= best_tv:
+            index = int(np.searchsorted(TAIL_MASSES, tail_mass * (1 - 1e-9))) if t else -1
+            if heavy >= 0 or p.size - heads - t < 2 or coarse + tail_mass >= best_tv:
+                continue
+            if near is not None and abs(index - near) > 1:
                 continue
             s = _middle_shift(n, m, _critical_from(n, *sums, rate / 2), beta, proven=True, cuts=(math.inf,))
-            tv = coarse.proven_tv + 0.5 * s + tail_mass
+            tv = coarse + 0.5 * s + tail_mass
             if tv < best_tv:
-                best, best_tv = (heads, t, exponent, floor), tv
+                best, best_tv, found = (heads, t, exponent, floor), tv, index
+        if near is None:
+            near = found
     return best
 
 
@@ -825,6 +842,14 @@ def _samples_for(tv: float, key: bytes, rate: float, beta: float, proven: bool, 
                                                 fast=fast)
 
     lo, hi = 1, 64
+    if p.size > MAX_TOKENS:  # a wide law's figure costs more: start near n (figure / tv)², as it falls as 1/√n
+        figure = reached(4096)
+        if math.isfinite(figure) and figure > tv:
+            lo = hi = max(64, int(4096 * (figure / tv) ** 2 / 1.2))
+            if reached(lo) <= tv:
+                lo = 1
+            else:
+                hi = int(lo * 1.3) + 1
     while reached(hi) > tv:
         lo, hi = hi, hi * 2
         if hi > 2**40:
