@@ -42,7 +42,11 @@ GRID = np.concatenate([np.geomspace(1e-6, 4.0, 161), np.geomspace(4.0, 400.0, 41
 
 def _profile(theta: np.ndarray, n: int, r: int, k: int) -> np.ndarray:
     """g(θ) = min_t log(f_θ(e^t)^R e^{−tK}) for each θ (the inner minimum in t by bisection on its
-    convex derivative R E[c] − K, vectorised over θ)."""
+    convex derivative R E[c] − K, vectorised over θ); long groups: :func:`_profile_window`."""
+    p = k / (n * r)
+    width = int(15.0 * math.sqrt(n * p * (1.0 - p))) + 50
+    if n + 1 > 3 * (2 * width + 1):
+        return _profile_window(np.asarray(theta, np.float64), n, r, k, width)
     c, c2, logc = _log_mgf(n)
     theta = np.asarray(theta, np.float64)[:, None]
     span = 2.0 * np.abs(theta[:, 0]) * n + 60.0
@@ -57,6 +61,46 @@ def _profile(theta: np.ndarray, n: int, r: int, k: int) -> np.ndarray:
     x = logc + theta * c2 + t[:, None] * c
     top = x.max(axis=1)
     return r * (top + np.log(np.exp(x - top[:, None]).sum(axis=1))) - t * k
+
+
+def _profile_window(theta: np.ndarray, n: int, r: int, k: int, width: int) -> np.ndarray:
+    """:func:`_profile` for groups of many draws, summing the terms of f_θ in a window around the
+    mean count K/R and bounding the rest: where the exponent h(c) = log C(n, c) + θc² + tc is
+    concave in c (θ ≤ 0 always; θ > 0 up to half the least second difference of log C(n, c)),
+    h(edge ± j) ≤ h(edge) ± j Δ with Δ the edge's step, so each side beyond the window is at most
+    a geometric series. Tilts where h may not be concave give no bound (+inf), which only loosens
+    the minimum. t comes from a few safeguarded Newton steps (any t gives a valid bound)."""
+    centre = k / r
+    lo, hi = max(0, int(centre) - width), min(n, int(centre) + width)
+    c = np.arange(max(lo - 1, 0), min(hi + 1, n) + 1, dtype=np.float64)  # the window and one step beyond
+    logc = special.gammaln(n + 1) - special.gammaln(c + 1) - special.gammaln(n - c + 1)
+    th = theta[:, None]
+    mid = min(max(centre, 0.5), n - 0.5)
+    t = -2.0 * theta * mid - math.log((n - mid) / mid)  # the tilt whose mode sits at K/R
+    inner = (c >= lo) & (c <= hi)
+    for _ in range(12):
+        x = logc[inner] + th * c[inner] ** 2 + t[:, None] * c[inner]
+        w = np.exp(x - x.max(axis=1, keepdims=True))
+        w /= w.sum(axis=1, keepdims=True)
+        mean = w @ c[inner]
+        var = np.maximum(w @ c[inner] ** 2 - mean ** 2, 1e-12)
+        t = t - np.clip((mean - centre) / var, -5.0, 5.0)
+    x = logc + th * c * c + t[:, None] * c
+    body = x[:, inner]
+    top = body.max(axis=1)
+    log_sum = top + np.log(np.exp(body - top[:, None]).sum(axis=1))
+    for edge, beyond in ((lo, lo > 0), (hi, hi < n)):  # the geometric tails past each edge
+        if not beyond:
+            continue
+        i = int(np.flatnonzero(c == edge)[0])
+        step = x[:, i] - x[:, i - 1] if edge == lo else x[:, i] - x[:, i + 1]  # the decay per step outward
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            tail = np.where(step > 0, x[:, i] - step - np.log1p(-np.exp(-step)), np.inf)
+        log_sum = np.logaddexp(log_sum, tail)
+    cc = np.arange(0, max(n - 1, 1), dtype=np.float64)  # where h stays concave: θ ≤ ½ min second difference
+    second = np.log((n - cc) * (cc + 2) / ((n - cc - 1) * (cc + 1))) if n >= 2 else np.array([np.inf])
+    concave = theta <= 0.5 * float(second.min())
+    return np.where(concave, r * log_sum - t * k, np.inf)
 
 
 def _log_choose(a: int, b: int) -> float:
