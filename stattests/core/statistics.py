@@ -732,11 +732,10 @@ def independence_test(
       (:func:`multinomial_kl_tail`). ``min_detectable_tv``: the pooled joint's TV from the
       product of its margins at that critical value (the power step is the non-central
       chi-square's).
-    * no law: every cell of the table pooled by both observed margins (each cell expected ≥
-      ``min_expected``), and its count against its exact law given the margins
-      (hypergeometric: what permuting y across the pairs gives), both tails, Bonferroni over
-      the 2RC tails. ``min_detectable_tv`` then bounds the TV a dependence can hide when
-      spread over every cell: ½ Σ (each cell's critical distance + the power step) / n.
+    * no law: the same G test with y's bins from x's observed margin (y's categories seen
+      among the x draws often enough keep a bin, the rest share one). Given every x that
+      binning is fixed, and independent pairs drawn alike make each row of the table an
+      independent multinomial over it whatever y's law, so the same bound holds.
 
     The statistic is Pearson's X² of the table in both forms (``chi2_contingency``); above
     :data:`KS_PROVEN_BELOW` the p-value is its chi-square law's (upper tail), so calibration
@@ -754,21 +753,12 @@ def independence_test(
     basis = {"false_fail_basis": "proven" if proven else "estimated"}
     if n == 0:
         return TestResult("independence", 0.0, 1.0, 0, false_fail_rate, math.inf, 0, basis)
-    if y_law is not None:
-        return _independence_given_law(x, y, np.asarray(y_law, dtype=np.float64), false_fail_rate, false_pass_rate,
-                                       min_expected, proven)
-    table = contingency_table(x, y, min_expected)
-    df = (table.shape[0] - 1) * (table.shape[1] - 1)
-    details = {"rows": float(table.shape[0]), "columns": float(table.shape[1]), **basis}
-    if df == 0:
-        return TestResult("independence", 0.0, 1.0, n, false_fail_rate, math.inf, 0, details)
-    result = stats.chi2_contingency(table, correction=False)
-    statistic, pvalue = float(result.statistic), float(result.pvalue)
-    cells, detectable = _cell_tails(table, false_fail_rate, false_pass_rate)
-    if proven and pvalue <= KS_PROVEN_BELOW:
-        pvalue = max(pvalue, cells)
-    details["cell_pvalue"] = cells
-    return TestResult("independence", statistic, pvalue, n, false_fail_rate, detectable, df, details)
+    if y_law is None:  # y binned by x's observed margin: fixed given x, as a law fixed in advance is
+        _, codes = np.unique(np.concatenate([x, y]), return_inverse=True)
+        x, y = codes[:n], codes[n:]
+        y_law = np.bincount(x, minlength=int(codes.max()) + 1).astype(np.float64)
+    return _independence_given_law(x, y, np.asarray(y_law, dtype=np.float64), false_fail_rate, false_pass_rate,
+                                   min_expected, proven)
 
 
 def _independence_given_law(x: np.ndarray, y: np.ndarray, law: np.ndarray, false_fail_rate: float,
@@ -804,24 +794,6 @@ def _independence_given_law(x: np.ndarray, y: np.ndarray, law: np.ndarray, false
     details["g_statistic"] = g
     return TestResult("independence", statistic, pvalue, n, false_fail_rate,
                       _chi2_min_tv(n, df, false_fail_rate, false_pass_rate, proven, shape), df, details)
-
-
-def _cell_tails(table: np.ndarray, false_fail_rate: float, false_pass_rate: float) -> tuple[float, float]:
-    """(Bonferroni p-value, detectable TV) of the cell-by-cell test: each cell's count against
-    its hypergeometric law given the margins, both tails, over the 2RC tails."""
-    n = int(round(table.sum()))
-    rows = np.rint(table.sum(axis=1)).astype(np.int64)[:, None]
-    cols = np.rint(table.sum(axis=0)).astype(np.int64)[None, :]
-    count = np.rint(table).astype(np.int64)
-    law = stats.hypergeom(n, rows, cols)
-    tails = 2 * table.size
-    pvalue = float(min(1.0, tails * min(law.sf(count - 1).min(), law.cdf(count).min())))
-    each = false_fail_rate / tails
-    mean, sd = law.mean(), law.std()
-    reach = np.maximum(law.isf(each) + 1 - mean, mean - (law.ppf(each) - 1))  # the count's distance that fails
-    reach = np.where(np.isfinite(reach), reach, n)
-    detectable = 0.5 * float((reach + stats.norm.isf(false_pass_rate) * sd).sum()) / n
-    return pvalue, detectable
 
 
 def contingency_table(x: np.ndarray, y: np.ndarray, min_expected: float = MIN_EXPECTED) -> np.ndarray:
