@@ -68,7 +68,7 @@ def test_the_scan_rejects_equal_laws_at_most_at_its_rate(shape):
     """Its level is a proven bound: on pairs drawn from one law (unequal arms) the share rejected at
     rates large enough to see stays at or under each rate, on every shape; the bound is conservative."""
     law, rng = SHAPES[shape], np.random.default_rng(17)
-    statistic, family = scan(rng.multinomial(150, law, size=40_000), rng.multinomial(90, law, size=40_000))
+    statistic, family = scan(rng.multinomial(150, law, size=15_000), rng.multinomial(90, law, size=15_000))
     for rate in (0.9, 0.5, 0.2, 0.05):
         assert (statistic >= scan_critical(family, rate)).mean() <= rate, (shape, rate)
 
@@ -78,7 +78,7 @@ def test_a_scan_that_forgets_the_subsets_it_scans_is_caught_by_that_check():
     at rate 0.5 exceeds 0.5 on the flat law of 40 tokens."""
     rng = np.random.default_rng(17)
     law = SHAPES["flat 40"]
-    statistic, _ = scan(rng.multinomial(150, law, size=40_000), rng.multinomial(90, law, size=40_000))
+    statistic, _ = scan(rng.multinomial(150, law, size=15_000), rng.multinomial(90, law, size=15_000))
     assert (statistic >= scan_critical(1, 0.5)).mean() > 0.5
 
 
