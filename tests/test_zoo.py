@@ -39,10 +39,14 @@ ALL_EXTRA = tuple(sorted({f for extra in EXTRA.values() for f in extra}))
 _CAUGHT: dict[str, str] = {}
 
 
-@lru_cache(maxsize=None)
 def certificate(name: str, extras: bool = True) -> Certificate:
     """A mutant on FIXTURES and its own extras; the reference and an exact alternative on every
     extra too (``extras``; an alternative's extras, 10-20 CPU-s each, are the slow tier's)."""
+    return _certificate(name, extras or name in ZOO)  # one cache entry however it is called
+
+
+@lru_cache(maxsize=None)
+def _certificate(name: str, extras: bool) -> Certificate:
     if name in ZOO:
         return certify(ZOO[name](), CONFIG, fixtures=FIXTURES + EXTRA.get(name, ()))
     decoder = NumpyDecoder() if name == "reference" else EXACT_ALTERNATIVES[name]()

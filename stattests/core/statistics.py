@@ -498,6 +498,15 @@ def _ks_min_sup(n: int, false_fail_rate: float, false_pass_rate: float) -> float
     return min(1.0, critical + _dkw_massart(n, false_pass_rate))
 
 
+def _ks_statistic(values: np.ndarray) -> float:
+    """sup |F_n − u| against Uniform(0, 1), as scipy's ``kstest`` computes it."""
+    u = np.sort(np.clip(values, 0.0, 1.0))
+    n = u.size
+    plus = (np.arange(1.0, n + 1) / n - u).max()
+    minus = (u - np.arange(0.0, n) / n).max()
+    return float(max(plus, minus))
+
+
 def ks_uniformity(
     values: np.ndarray, *, false_fail_rate: float = DEFAULT_FALSE_FAIL,
     false_pass_rate: float = DEFAULT_FALSE_PASS, test: str = "ks_uniformity",
@@ -518,12 +527,16 @@ def ks_uniformity(
     n = values.size
     if n == 0:
         return TestResult(test, 0.0, 1.0, 0, false_fail_rate, math.inf)
-    result = stats.kstest(values, "uniform")
-    pvalue = float(result.pvalue)
-    if pvalue <= KS_PROVEN_BELOW:  # Massart (1990): P(D_n ≥ d) ≤ 2 e^{−2 n d²}, never below the exact tail
-        pvalue = max(pvalue, min(1.0, 2.0 * math.exp(-2.0 * n * float(result.statistic) ** 2)))
+    statistic = _ks_statistic(values)
+    massart = min(1.0, 2.0 * math.exp(-2.0 * n * statistic ** 2))
+    if massart <= KS_PROVEN_BELOW:  # the exact tail lies below Massart's bound: the p-value is the bound
+        pvalue = massart
+    else:
+        pvalue = float(stats.kstest(values, "uniform").pvalue)
+        if pvalue <= KS_PROVEN_BELOW:  # Massart (1990): P(D_n ≥ d) ≤ 2 e^{−2 n d²}, never below the exact tail
+            pvalue = max(pvalue, massart)
     basis = "proven" if false_fail_rate <= KS_PROVEN_BELOW else "estimated"
-    return TestResult(test, float(result.statistic), pvalue, n, false_fail_rate,
+    return TestResult(test, statistic, pvalue, n, false_fail_rate,
                       _ks_min_sup(n, false_fail_rate, false_pass_rate), None, {"false_fail_basis": basis})
 
 

@@ -40,6 +40,8 @@ from scipy import special
 
 #: The test applies up to this many tokens in p's support.
 MAX_TOKENS = 50
+#: The test applies up to this many draws: scipy's binomial tails lose their precision beyond.
+MAX_DRAWS = 2 ** 30
 #: Up to this many tokens every set's mass is summed exactly.
 EXACT_TOKENS = 16
 #: Grid of set masses beyond EXACT_TOKENS.
@@ -125,15 +127,52 @@ def subset_statistic(counts: np.ndarray, p: np.ndarray) -> float:
 
 
 def _critical(n: int, sets: SetMasses, rate: float) -> float:
-    """The least t (to 1e-3 of a count) with U(t) ≤ rate."""
+    """The least t (to 1e-3 of a count) with U(t) ≤ rate: a bracket [lo, hi] with U(lo) > rate
+    ≥ U(hi), narrowed by regula falsi on log U (Illinois), a bisection whenever a step halves
+    nothing; U falls about as exp(−2t²/n), so a few steps do what thirty halvings did."""
     if _union(n, sets, 0.0) <= rate:
         return 0.0
-    lo, hi = 0.0, float(n) + 1.0
-    if _union(n, sets, hi) > rate:
+    if _union(n, sets, float(n) + 1.0) > rate:
         return math.inf
+    target = math.log(rate)
+
+    def excess(t: float) -> float:  # log U(t) − log rate: positive below the critical value
+        u = _union(n, sets, t)
+        return math.log(u) - target if u > 0 else -math.inf
+
+    # Hoeffding bounds each block's tail by exp(−2(t − 1)²/n) (a block spans under one count):
+    # a first upper end, doubled until it holds
+    lo, f_lo = 0.0, excess(0.0)
+    hi = min(float(n) + 1.0, 1.0 + math.sqrt(0.5 * n * max(math.log(float(sets.count.sum()) / rate), 1.0)))
+    f_hi = excess(hi)
+    while f_hi > 0:
+        lo, f_lo, hi = hi, f_hi, min(2.0 * hi, float(n) + 1.0)
+        f_hi = excess(hi)
+    side = 0
     while hi - lo > 1e-3 * max(1.0, lo * 1e-3):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (lo, mid) if _union(n, sets, mid) <= rate else (mid, hi)
+        width = hi - lo
+        if math.isfinite(f_hi) and f_lo > f_hi:
+            mid = lo + width * f_lo / (f_lo - f_hi)  # the secant's root, kept inside the bracket
+            mid = min(max(mid, lo + 1e-4 * width), hi - 1e-4 * width)
+        else:
+            mid = 0.5 * (lo + hi)
+        f_mid = excess(mid)
+        if f_mid <= 0:
+            hi, f_hi = mid, f_mid
+            f_lo = f_lo / 2 if side == -1 else f_lo  # Illinois: the end kept twice counts half
+            side = -1
+        else:
+            lo, f_lo = mid, f_mid
+            f_hi = f_hi / 2 if side == 1 and math.isfinite(f_hi) else f_hi
+            side = 1
+        if hi - lo > 0.5 * width:  # the step halved nothing: bisect once
+            mid = 0.5 * (lo + hi)
+            f_mid = excess(mid)
+            if f_mid <= 0:
+                hi, f_hi = mid, f_mid
+            else:
+                lo, f_lo = mid, f_mid
+            side = 0
     return hi
 
 
@@ -160,8 +199,8 @@ def _plan(n: int, key: bytes, rate: float, beta: float) -> SubsetTest:
 
 def subset_test_plan(n: int, p_sorted: np.ndarray, false_fail_rate: float, false_pass_rate: float) -> SubsetTest | None:
     """The plan for ``p_sorted`` (p's positive entries, ascending), or None where the support
-    is too wide (more than MAX_TOKENS) or a single token."""
-    if not 2 <= p_sorted.size <= MAX_TOKENS or n < 1:
+    is too wide (more than MAX_TOKENS) or a single token, or the draws too many (MAX_DRAWS)."""
+    if not 2 <= p_sorted.size <= MAX_TOKENS or not 1 <= n <= MAX_DRAWS:
         return None
     return _plan(int(n), np.ascontiguousarray(p_sorted, dtype=np.float64).tobytes(), float(false_fail_rate),
                  float(false_pass_rate))
