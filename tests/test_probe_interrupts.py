@@ -35,6 +35,7 @@ class Hostile:
         self.sock.listen(16)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self.stop = threading.Event()
+        self.asked = threading.Event()  # a completion request has arrived
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
@@ -54,7 +55,9 @@ class Hostile:
                 if request.startswith(b"GET"):
                     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
                                  % len(MODELS) + MODELS)
-                elif self.mode == "silent":
+                    continue
+                self.asked.set()
+                if self.mode == "silent":
                     self.stop.wait()
                 elif self.mode == "429":
                     conn.sendall(b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 100000\r\nContent-Length: 0\r\n\r\n")
@@ -86,7 +89,11 @@ def _start(args: list[str], cwd: Path) -> subprocess.Popen:
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
 
 
-def _interrupt_after(proc: subprocess.Popen, wait_s: float) -> tuple[int, str, float]:
+def _interrupt_after(proc: subprocess.Popen, wait_s: float,
+                     asked: threading.Event | None = None) -> tuple[int, str, float]:
+    """SIGINT ``wait_s`` after the start, or after the server was asked for a completion."""
+    if asked is not None:
+        assert asked.wait(LIMIT_S), "the probe never asked for a completion"
     time.sleep(wait_s)
     assert proc.poll() is None, proc.communicate()
     proc.send_signal(signal.SIGINT)
@@ -101,7 +108,7 @@ def _interrupt_after(proc: subprocess.Popen, wait_s: float) -> tuple[int, str, f
 
 def test_probe_ends_at_once_on_sigint(hostile, tmp_path):
     proc = _start(["probe", hostile.url, "--out", "run.jsonl", "--timeout", "5"], tmp_path)
-    status, err, took = _interrupt_after(proc, 6.0)
+    status, err, took = _interrupt_after(proc, 0.5, hostile.asked)  # blocked in the request, or in its wait
     assert status == 130 and took < 5, (status, took, err)
     assert err.strip().splitlines()[-1] == "specgauge probe: interrupted" and "Traceback" not in err
 
