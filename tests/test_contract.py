@@ -196,11 +196,11 @@ def test_same_seed_gives_a_byte_identical_certificate(tmp_path):
     fixtures = ["seed-six-token", "batch3-g7", "bigram-v6-mid-L4-g1"]
     paths = []
     for i in range(2):
-        cert = certify(NumpyDecoder(), CertConfig(tv=0.05, seed=3), fixtures=fixtures)
+        cert = certify(NumpyDecoder(), CertConfig(tv=0.1, seed=3), fixtures=fixtures)  # any TV: sizes are the point
         paths.append(tmp_path / f"cert{i}.csv")
         cert.to_csv(paths[-1])
     assert paths[0].read_bytes() == paths[1].read_bytes()
-    other = certify(NumpyDecoder(), CertConfig(tv=0.05, seed=4), fixtures=fixtures)
+    other = certify(NumpyDecoder(), CertConfig(tv=0.1, seed=4), fixtures=fixtures)
     assert not other.frame["pvalue"].equals(cert.frame["pvalue"])
 
 
