@@ -317,6 +317,13 @@ def _suffix_min_at(values: np.ndarray, grid: np.ndarray, at: np.ndarray) -> np.n
     return np.where(at <= 0, min(float(suffix[0]), 0.0) if at.size else 0.0, suffix[index])
 
 
+#: The grids of :func:`_middle_shift`: D, s, and each s split between spiked and ordinary parts.
+_D_POINTS = np.concatenate([[0.0], np.geomspace(1e-13, 1e5, _D_GRID)])
+_S_POINTS = np.geomspace(1e-6, 2.0, 900)
+_S_SPIKED = _S_POINTS[:, None] * np.linspace(0.0, 1.0, 41)[None, :]
+_S_ORDINARY = _S_POINTS[:, None] - _S_SPIKED
+
+
 def _middle_shift(n: int, m: _Middle, critical: float, beta: float, proven: bool,
                   cuts: tuple[float, ...] = SPIKE_CUTS) -> float:
     """s*: the Σ_M |δ| from which Z exceeds ``critical`` with probability ≥ 1 − β for every q.
@@ -328,11 +335,7 @@ def _middle_shift(n: int, m: _Middle, critical: float, beta: float, proven: bool
     """
     if n < 2 or m.sum_inverse <= 0:
         return math.inf
-    grid = np.concatenate([[0.0], np.geomspace(1e-13, 1e5, _D_GRID)])
-    s_grid = np.geomspace(1e-6, 2.0, 900)
-    frac = np.linspace(0.0, 1.0, 41)
-    s_b = s_grid[:, None] * frac[None, :]
-    s_g = s_grid[:, None] - s_b
+    grid, s_grid, s_b, s_g = _D_POINTS, _S_POINTS, _S_SPIKED, _S_ORDINARY
     best = np.full(s_grid.size, -np.inf)
     for cut in cuts:
         tau = cut * max(m.a_max, 1e-300)

@@ -98,14 +98,17 @@ def final_rows(target_probs: np.ndarray, draft_probs: np.ndarray,
     rows = np.arange(batch)
     rejected = n_accepted < gamma
     final_p = target_probs[rows, n_accepted]
-    final_q = (np.where(rejected[:, None], draft_probs[rows, np.minimum(n_accepted, gamma - 1)], 0.0)
-               if gamma else np.zeros_like(final_p))
+    if not gamma:
+        return final_p, np.zeros_like(final_p), rejected
+    final_q = draft_probs[rows, np.minimum(n_accepted, gamma - 1)]  # a gathered copy: zeroed in place
+    final_q[~rejected] = 0.0
     return final_p, final_q, rejected
 
 
 def residual(final_p: np.ndarray, final_q: np.ndarray) -> np.ndarray:
     """normalize(max(p − q, 0)) up to its norm, or p where that is zero up to rounding."""
-    dist = np.maximum(final_p - final_q, 0.0)
+    dist = np.subtract(final_p, final_q)
+    np.maximum(dist, 0.0, out=dist)
     empty = dist.sum(axis=1) <= 0.0
     if empty.any():
         dist[empty] = final_p[empty]

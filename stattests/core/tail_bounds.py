@@ -64,12 +64,20 @@ def _window(n: int, p: np.ndarray, share: float) -> tuple[np.ndarray, np.ndarray
     """(J, K): the largest J and the smallest K with P(N < J) ≤ share and P(N ≥ K) ≤ share,
     by bisection on the exact tails (scipy's quantile functions lose the far tail)."""
     mean = np.floor(n * p).astype(np.int64)
-    lo_k, hi_k = mean + 1, np.full(p.size, n + 1, dtype=np.int64)  # P(N ≥ hi_k) = 0 ≤ share
+    # Bernstein's t with P(|N − np| ≥ t) ≤ share each side brackets both searches (checked,
+    # so rounding in the exact tails can only widen a bracket back to the whole range)
+    log_s = math.log(1.0 / share)
+    t = log_s / 3 + np.sqrt((log_s / 3) ** 2 + 2 * n * p * (1 - p) * log_s)
+    lo_k = mean + 1
+    hi_k = np.minimum(np.ceil(n * p + t), n + 1).astype(np.int64)
+    hi_k = np.where((hi_k >= lo_k) & (_upper(hi_k, n, p) <= share), hi_k, n + 1)  # P(N ≥ n + 1) = 0
     while (hi_k - lo_k > 0).any():
         mid = (lo_k + hi_k) // 2
         ok = _upper(mid, n, p) <= share
         hi_k, lo_k = np.where(ok, mid, hi_k), np.where(ok, lo_k, mid + 1)
-    lo_j, hi_j = np.zeros(p.size, dtype=np.int64), mean  # P(N < 0) = 0 ≤ share
+    lo_j = np.clip(np.floor(n * p - t), 0, mean).astype(np.int64)
+    lo_j = np.where(_lower(lo_j, n, p) <= share, lo_j, 0)  # P(N < 0) = 0
+    hi_j = mean
     while (hi_j - lo_j > 0).any():
         mid = (lo_j + hi_j + 1) // 2
         ok = _lower(mid, n, p) <= share
