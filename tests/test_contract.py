@@ -294,3 +294,37 @@ def test_slow_tier_certifies_a_production_vocabulary_in_bounded_memory():
     sized = exact[exact["position"].map(reach) >= 0.5]
     assert not sized.empty
     assert (sized["min_detectable_tv"].astype(float) <= max(FIXTURES[n].tv_floor for n in slow) * 1.05).all()
+
+
+class _WritesItsViews(NumpyDecoder):
+    """Declares broadcast inputs, then makes the view of q writable and zeroes it."""
+
+    def verify(self, target_probs, draft_probs, draft_tokens, rng):
+        draft_probs.setflags(write=True)  # numpy allows it on a broadcast view: the base is writable
+        draft_probs[...] = 0.0
+        return super().verify(target_probs, draft_probs, draft_tokens, rng)
+
+
+class _WritesWithoutAsking(NumpyDecoder):
+    def verify(self, target_probs, draft_probs, draft_tokens, rng):
+        np.subtract(target_probs[:, :draft_probs.shape[1]], draft_probs, out=draft_probs)
+        return super().verify(target_probs, draft_probs, draft_tokens, rng)
+
+
+def test_broadcast_inputs_reach_only_a_decoder_that_declares_them_and_cannot_be_written():
+    """The reference takes a context-free fixture's read-only views as they are (the same tokens as
+    copies, tests/test_reference_paths.py); a write into them fails the run, and the fixture is
+    restored for what runs next."""
+    from specgauge.fixtures.pairs import FIXTURES
+    from specgauge.stattests.chain.certify import CertConfig, certify
+    from specgauge.stattests.chain.harness import takes_broadcast_inputs
+    from specgauge.stattests.chain.zoo import ZOO
+
+    assert takes_broadcast_inputs(NumpyDecoder()) and not takes_broadcast_inputs(ZOO["in-place-draft-probs"]())
+    fixture = FIXTURES["seed-six-token"]
+    before = fixture.draft.copy()
+    for decoder, said in ((_WritesItsViews(), "verify modified its input draft_probs in place"),
+                          (_WritesWithoutAsking(), "read-only")):
+        cert = certify(decoder, CertConfig(tv=0.2, seed=1), fixtures=["seed-six-token"], checks=["contract"])
+        assert not cert.passed and said in cert.summary(), cert.summary()
+        assert np.array_equal(fixture.draft, before)

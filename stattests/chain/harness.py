@@ -148,6 +148,8 @@ def verify_rows(decoder: Decoder, fixture: PairFixture, rows: int, step: int, rn
     g, vocab = fixture.gamma, fixture.vocab_size
     batch_rng, draft_rng, decoder_rng, pit_rng = rngs
     tables = _ContextFreeTables(fixture) if fixture.context_free else None
+    views = fixture.context_free and takes_broadcast_inputs(decoder)
+    kept = (fixture.target.copy(), fixture.draft.copy()) if views else None  # what a view must still show
     parts: dict[str, list[np.ndarray]] = {k: [] for k in ("lengths", "tokens", "pit_id", "pit_ratio", "alpha")}
     mismatches, example, error = 0, "", None
     done, calls = 0, first_call - 1
@@ -155,7 +157,7 @@ def verify_rows(decoder: Decoder, fixture: PairFixture, rows: int, step: int, rn
         m = min(step, rows - done)
         target, draft = fixture.batch(m, batch_rng)
         draft_tokens = tables.draft_tokens(m, draft_rng) if tables else sample_rows(draft, draft_rng)
-        inputs = (np.array(target), np.array(draft), draft_tokens.copy())
+        inputs = ((target, draft) if views else (np.array(target), np.array(draft))) + (draft_tokens.copy(),)
         calls += 1
         try:
             emitted = call_with_deadline(decoder.verify, (*inputs, decoder_rng), timeout,
@@ -174,8 +176,8 @@ def verify_rows(decoder: Decoder, fixture: PairFixture, rows: int, step: int, rn
             break
         for label, before, after in zip(("target_probs", "draft_probs", "draft_tokens"),
                                         (target, draft, draft_tokens), inputs):
-            if before.shape != after.shape or not (before == after).all():  # np.array_equal, less overhead
-                error = f"verify modified its input {label} in place"
+            if after is not before and (before.shape != after.shape or not (before == after).all()):
+                error = f"verify modified its input {label} in place"  # (np.array_equal, less overhead)
         if error:
             break
         parts["lengths"].append(emitted_lengths(emitted))
@@ -199,9 +201,21 @@ def verify_rows(decoder: Decoder, fixture: PairFixture, rows: int, step: int, rn
                 ratio = np.where(draft > 0, target[:, :g] / draft, np.inf)
             parts["pit_ratio"].append(_pit_by_position(emitted[:, :g], target[:, :g], ratio, pit_rng))
         done += m
+    if kept is not None:  # a view made writable and written: the fixture restored, the run failed
+        for label, before, now in (("target_probs", kept[0], fixture.target), ("draft_probs", kept[1], fixture.draft)):
+            if not np.array_equal(before, now):
+                now[...] = before
+                error = error or f"verify modified its input {label} in place"
     n = sum(len(x) for x in parts["lengths"])
     arrays = {k: (np.concatenate(v) if v else np.full((n,) + _shape(k, g), np.nan)) for k, v in parts.items()}
     return RowsPart(arrays, mismatches, example, error)
+
+
+def takes_broadcast_inputs(decoder: Decoder) -> bool:
+    """Whether ``decoder`` declares ``accepts_broadcast_inputs``: a context-free fixture's
+    inputs then reach it as they are, read-only views broadcast along the batch (one law, no
+    copy of it per row); every other decoder gets writable copies, compared after each call."""
+    return bool(getattr(decoder, "accepts_broadcast_inputs", False))
 
 
 def context_free_pit(fixture: PairFixture, tokens: np.ndarray, step: int,

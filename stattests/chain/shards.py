@@ -32,7 +32,8 @@ from specgauge.fixtures.pairs import PairFixture
 
 from specgauge.stattests.chain.checks import REFERENCE_BYTES_PER_SECOND
 from specgauge.stattests.chain.harness import (FixtureRun, RowsPart, _reproducibility_error, _shape, assemble_run,
-                                               call_step, context_free_pit, fixture_rows, fixture_seed, verify_rows)
+                                               call_step, context_free_pit, fixture_rows, fixture_seed,
+                                               takes_broadcast_inputs, verify_rows)
 from specgauge.stattests.core.contract import emitted_lengths
 
 #: Child of the fixture's seed that shard streams hang under (an unsharded run uses children 0-3).
@@ -207,6 +208,7 @@ class _Counting:
 
     def __init__(self, decoder: Any, progress: Callable[[int], Any]) -> None:
         self._decoder, self._progress = decoder, progress
+        self.accepts_broadcast_inputs = takes_broadcast_inputs(decoder)
 
     def verify(self, target, draft, tokens, rng):
         out = self._decoder.verify(target, draft, tokens, rng)
