@@ -154,13 +154,13 @@ def sized_estimate(config, guarantee: float, selected=None) -> None:
         refuse_unholdable(est, None)
         refuse_over_budget(est, budget, option="--specgauge-max-cpu-hours")
 
-    _, pairs, _, est = sized_plan(cert, slow=slow, refuse=refuse, items=items)
+    reference = (decoder_spec(config) or "numpy").strip() == "numpy"  # else the verify calls' speed is unknown
+    _, pairs, _, est = sized_plan(cert, slow=slow, refuse=refuse, items=items, views=reference)
     asked = {f.name: guarantee for f in pairs if CHECKS["identity"].applies(f)}
     workers = getattr(config.option, "numprocesses", None)
     scope = ("the assertions selected" if selected is not None else
              "the whole plan (under -n the selection is not known here)")
     print(f"specgauge: sizing {scope}", file=sys.stderr)
-    reference = (decoder_spec(config) or "numpy").strip() == "numpy"  # else the verify calls' speed is unknown
     for line in est.lines(workers if isinstance(workers, int) and workers > 0 else 1, asked, reference=reference):
         print(f"specgauge: {line}", file=sys.stderr)
 

@@ -169,14 +169,14 @@ def test_shards_split_whole_calls_on_streams_of_their_own():
 
 def test_a_sized_run_without_shards_cuts_about_a_cpu_minute_each():
     from specgauge.fixtures.pairs import FIXTURES as PAIRS
-    from specgauge.stattests.chain.shards import SHARD_SECONDS, _seconds, plan_shards
+    from specgauge.stattests.chain.shards import SHARD_SECONDS, plan_shards, reference_seconds
 
     small, wide = PAIRS["seed-six-token"], PAIRS["zipf-152k-tv0.2"]
     rows = {small.name: 5_000, wide.name: 400_000}
     plan = plan_shards("numpy", [small, wide], rows, 0, None, 64 * 2**20, None)
     counts = {name: sum(s.fixture == name for s in plan) for name in rows}
     assert counts[small.name] == 1
-    assert counts[wide.name] == -(-_seconds(wide, 400_000, 64 * 2**20) // SHARD_SECONDS) > 1
+    assert counts[wide.name] == -(-reference_seconds(wide, 400_000, 64 * 2**20, True) // SHARD_SECONDS) > 1
     assert sum(s.shard_rows for s in plan if s.fixture == wide.name) == 400_000
 
 

@@ -120,7 +120,7 @@ def _sized(args, argv, target, decoder, config: CertConfig, options: SweepOption
     from specgauge.stattests.chain.shards import (SHARD_SECONDS, ShardCache, guarantee_lower_bound, guarantee_reached,
                                                   plan_shards,
                                                   refuse_more_shards_than_calls, refuse_over_budget,
-                                                  refuse_unholdable, run_shards, sized_plan)
+                                                  refuse_unholdable, run_shards, sized_plan, takes_views)
 
     name = decoder_name(args.decoder)
     cache = ShardCache(target.path.with_name(target.path.name + ".shards"))
@@ -130,7 +130,7 @@ def _sized(args, argv, target, decoder, config: CertConfig, options: SweepOption
         refuse_over_budget(est, args.max_cpu_hours)
 
     planned, pairs, rows, est = sized_plan(config, args.fixture, args.check, args.slow, progress=options.progress,
-                                           refuse=refuse)
+                                           refuse=refuse, views=takes_views(decoder))
     refuse_more_shards_than_calls(pairs, rows, planned.chunk_bytes, args.shards)
     asked = {f.name: config.guarantee for f in pairs if config.guarantee is not None and CHECKS["identity"].applies(f)}
     local = options.resolved_executor() == "serial"

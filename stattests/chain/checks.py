@@ -108,9 +108,10 @@ def _emissions_for(target: float, p: np.ndarray, n: int, stated: float, rates: R
 def guarantee_cost(fixture: PairFixture, k: int, stated: float, rates: Rates, n: int = 0) -> str:
     """What the next finer rung of :data:`GUARANTEE_LADDER` below ``stated`` would take at
     position k: emissions, rows (at that position's emission probability), bytes of decoder
-    input (8 (2γ + 1) V a row) and time at :data:`REFERENCE_BYTES_PER_SECOND`; '' when the
-    figure is already at the finest rung."""
-    from specgauge.stattests.chain.harness import emission_probability
+    input (8 (2γ + 1) V a row) and the NumPy reference's time (context-free laws taken as
+    views: shards.reference_seconds); '' when the figure is already at the finest rung."""
+    from specgauge.stattests.chain.harness import RunConfig, emission_probability
+    from specgauge.stattests.chain.shards import reference_seconds
 
     target = next((t for t in GUARANTEE_LADDER if t < stated), None)
     reach = float(emission_probability(fixture)[k])
@@ -119,8 +120,9 @@ def guarantee_cost(fixture: PairFixture, k: int, stated: float, rates: Rates, n:
     needed = _emissions_for(target, fixture.target[k], n or 2, stated, rates)
     rows = math.ceil(needed / reach)
     size = rows * 8.0 * (2 * fixture.gamma + 1) * fixture.vocab_size
+    minutes = reference_seconds(fixture, rows, RunConfig(rows).chunk_bytes, broadcast=True) / 60
     return (f"; TV {target:g} here needs about {needed:,} emissions: {rows:,} rows, {size / 1e9:,.3g} GB of decoder "
-            f"input, about {size / REFERENCE_BYTES_PER_SECOND / 60:,.2g} CPU-minutes for the NumPy reference")
+            f"input, about {minutes:,.2g} CPU-minutes for the NumPy reference")
 
 
 def identity(run: FixtureRun, rates: Rates) -> dict[int | None, TestResult]:

@@ -99,20 +99,40 @@ def plan_shards(decoder: Any, fixtures: Sequence[PairFixture], rows: Mapping[str
     """Every fixture's shards, fixture by fixture, in shard order: ``shards`` each, or (None)
     about SHARD_SECONDS of estimated work each, from constants, so the plan is a function of
     the arguments alone."""
-    out = []
+    out, views = [], takes_views(decoder)
     for fixture in fixtures:
         n = fixture_rows(fixture, rows[fixture.name])
         step = call_step(fixture, n, chunk_bytes)
-        count = shards or max(1, min(-(-n // step), math.ceil(_seconds(fixture, n, chunk_bytes) / SHARD_SECONDS)))
+        seconds = reference_seconds(fixture, n, chunk_bytes, views)
+        count = shards or max(1, min(-(-n // step), math.ceil(seconds / SHARD_SECONDS)))
         out += [Shard(decoder, fixture.name, seed, timeout, n, step, count, k) for k in range(count)]
     return out
 
 
-def _seconds(fixture: PairFixture, rows: int, chunk_bytes: int) -> float:
-    """Estimated CPU-seconds of ``rows`` verify rounds of ``fixture`` by the NumPy reference."""
+#: A context-free fixture's law per CPU-second when the decoder takes it as broadcast views (the
+#: NumPy reference): no copy a row, and each call compares its law with the last one's, so the
+#: law counts once a call. Measured on the project's 2-core machine: zipf-152k at one row a call
+#: 11.6 GB, SmolLM2's chat and prose laws at 6-8 rows a call 31-32 GB; the slowest is kept.
+REFERENCE_LAW_BYTES_PER_SECOND = 11e9
+
+
+def reference_seconds(fixture: PairFixture, rows: int, chunk_bytes: int, broadcast: bool = False) -> float:
+    """Estimated CPU-seconds of ``rows`` verify rounds of ``fixture`` by the NumPy reference:
+    its input copied a row (``broadcast`` False: as the harness gives any decoder that does not
+    take views), or a context-free law taken as views, counted once a call."""
     calls = -(-rows // call_step(fixture, rows, chunk_bytes))
-    return (rows * 8.0 * (2 * fixture.gamma + 1) * fixture.vocab_size / REFERENCE_BYTES_PER_SECOND
-            + rows * ROW_SECONDS + calls * CALL_SECONDS)
+    law = 8.0 * (2 * fixture.gamma + 1) * fixture.vocab_size
+    data = (calls * law / REFERENCE_LAW_BYTES_PER_SECOND if broadcast and fixture.context_free
+            else rows * law / REFERENCE_BYTES_PER_SECOND)
+    return data + rows * ROW_SECONDS + calls * CALL_SECONDS
+
+
+def takes_views(decoder: Any) -> bool:
+    """Whether a shard's decoder (an object, or its spec: None and "numpy" are the reference)
+    takes broadcast views, without loading a spec here."""
+    if decoder is None or isinstance(decoder, str):
+        return (decoder or "numpy").strip() == "numpy"
+    return takes_broadcast_inputs(decoder)
 
 
 _DECODERS: dict[str, Any] = {}
@@ -357,6 +377,7 @@ class Estimate:
     cpu_seconds: float  # the verify calls, at the NumPy reference's measured speed
     check_seconds: float = 0.0  # the checks, once the rows are in
     spent_seconds: float = 0.0  # this process so far: imports and sizing, measured
+    views: bool = False  # context-free laws reach the decoder as broadcast views, not copied a row
 
     @property
     def work_seconds(self) -> float:
@@ -367,6 +388,12 @@ class Estimate:
     def total_seconds(self) -> float:
         """The whole run's CPU time: what is spent and what is to come."""
         return self.spent_seconds + self.work_seconds
+
+    def _speed(self) -> str:
+        if self.views:
+            return (f"{REFERENCE_BYTES_PER_SECOND / 1e9:g} GB of copied input a CPU-second, or a context-free law "
+                    f"taken as views at {REFERENCE_LAW_BYTES_PER_SECOND / 1e9:g} GB a CPU-second once a call")
+        return f"{REFERENCE_BYTES_PER_SECOND / 1e9:g} GB of input a CPU-second"
 
     def with_spent(self, seconds: float) -> "Estimate":
         return replace(self, spent_seconds=float(seconds))
@@ -381,9 +408,8 @@ class Estimate:
         lines = [f"sized run: {per}",
                  f"estimate: {self.input_bytes / 1e9:,.3g} GB of decoder input, {self.held_bytes / 1e9:,.3g} GB held "
                  f"for the checks; {how}: {_minutes(self.spent_seconds)} spent loading and sizing, "
-                 f"{_minutes(self.cpu_seconds)} verify calls at the NumPy reference's measured "
-                 f"{REFERENCE_BYTES_PER_SECOND / 1e9:g} GB of input a CPU-second, {_minutes(self.check_seconds)} "
-                 f"checks; the verify calls about {_minutes(self.cpu_seconds / max(jobs, 1))} minutes on {jobs} "
+                 f"{_minutes(self.cpu_seconds)} verify calls at the NumPy reference's measured {self._speed()}, "
+                 f"{_minutes(self.check_seconds)} checks; the verify calls about {_minutes(self.cpu_seconds / max(jobs, 1))} minutes on {jobs} "
                  "worker(s)"]
         if guarantees:
             lines.append("a sized run's rows are what the worst-case TV asked for needs, no more: its figure can be "
@@ -404,15 +430,17 @@ def row_bytes(fixture: PairFixture) -> int:
     return 8 * (1 + 2 * (g + 1) + g + (0 if fixture.context_free else g))
 
 
-def estimate(fixtures: Sequence[PairFixture], rows: Mapping[str, int], chunk_bytes: int) -> Estimate:
-    """Bytes and time of a run of ``rows`` per fixture at the reference's measured throughput."""
+def estimate(fixtures: Sequence[PairFixture], rows: Mapping[str, int], chunk_bytes: int,
+             views: bool = False) -> Estimate:
+    """Bytes and time of a run of ``rows`` per fixture at the reference's measured throughput
+    (``views``: context-free laws taken as broadcast views, as the reference takes them)."""
     sized = {f.name: fixture_rows(f, rows[f.name]) for f in fixtures}
     by = {f.name: f for f in fixtures}
     input_bytes = sum(n * 8.0 * (2 * by[k].gamma + 1) * by[k].vocab_size for k, n in sized.items())
     held = [n * float(row_bytes(by[k])) for k, n in sized.items()]
-    seconds = sum(_seconds(by[k], n, chunk_bytes) for k, n in sized.items())
+    seconds = sum(reference_seconds(by[k], n, chunk_bytes, views) for k, n in sized.items())
     checks = sum(check_seconds(by[k], n) for k, n in sized.items())
-    return Estimate(sized, input_bytes, sum(held) + max(held, default=0.0), seconds, checks)
+    return Estimate(sized, input_bytes, sum(held) + max(held, default=0.0), seconds, checks, views=views)
 
 
 def check_seconds(fixture: PairFixture, rows: int) -> float:
@@ -488,7 +516,7 @@ def guarantee_reached(frame) -> dict[str, float]:
 
 def sized_plan(config, fixtures: Sequence[str] | None = None, checks: Sequence[str] | None = None,
                slow: bool = False, progress: bool = False, refuse: Callable[[Estimate], Any] | None = None,
-               items: Sequence[tuple[Any, Any, Any]] | None = None,
+               items: Sequence[tuple[Any, Any, Any]] | None = None, views: bool = False,
                ) -> tuple[Any, list[PairFixture], dict[str, int], Estimate]:
     """(config as run, the distribution-pair fixtures, rows each, the estimate): what a sized
     run will do, computed before any decoder call (whole sequences are not sharded). Sizing
@@ -498,7 +526,8 @@ def sized_plan(config, fixtures: Sequence[str] | None = None, checks: Sequence[s
     sized, the CPU time spent so far measured) before ``refuse`` sees it, so what a refusal
     says is the whole run's figure and the budget it suggests is then accepted.
     ``items``, when given, are the (check, fixture, position) assertions actually selected
-    (pytest's ``-k``): only their fixtures are sized."""
+    (pytest's ``-k``): only their fixtures are sized. ``views``: the decoder takes broadcast
+    views (the reference), which the estimate prices once a call."""
     import time
 
     from specgauge.progress import bar as progress_bar
@@ -510,7 +539,7 @@ def sized_plan(config, fixtures: Sequence[str] | None = None, checks: Sequence[s
     rows: dict[str, int] = {}
     for fixture in progress_bar(pairs, desc="sizing the samples", unit="fixture", disable=not progress, leave=False):
         rows[fixture.name] = planned.rows(fixture)
-    est = estimate(pairs, rows, planned.chunk_bytes).with_spent(time.process_time())
+    est = estimate(pairs, rows, planned.chunk_bytes, views).with_spent(time.process_time())
     if refuse is not None:
         refuse(est)
     return planned, pairs, rows, est
