@@ -167,7 +167,9 @@ class _SharedLaw:
     offsets: np.ndarray  # [γ]: k·V, where draft k's thresholds start
 
 
-_LAST_LAW: list = [None, None]  # ((p, q) copied, their _SharedLaw): a run repeats one law call after call
+#: (p, q) copied and their _SharedLaw, as one tuple (read and replaced whole, so threads never
+#: pair one law's arrays with another's rule): a run repeats one law call after call.
+_LAST_LAW: list = [None]
 
 
 def _shared_law(p: np.ndarray, q: np.ndarray) -> _SharedLaw:
@@ -175,8 +177,7 @@ def _shared_law(p: np.ndarray, q: np.ndarray) -> _SharedLaw:
     last = _LAST_LAW[0]
     if last is not None and last[0].shape == p.shape and last[1].shape == q.shape and \
             (last[0] == p).all() and (last[1] == q).all():  # compared, never trusted by identity
-        return _LAST_LAW[1]
-    key = (p.copy(), q.copy())
+        return last[2]
     table = np.empty((gamma + 1, vocab))
     table[:gamma] = np.maximum(p[:gamma] - q, 0.0)
     empty = table[:gamma].sum(axis=1) <= 0.0
@@ -187,7 +188,7 @@ def _shared_law(p: np.ndarray, q: np.ndarray) -> _SharedLaw:
     keys, token_at = _grid_keys(cdf, last)
     law = _SharedLaw(_acceptance_thresholds(p[:gamma], q).reshape(-1), cdf, last, keys, token_at,
                      _guide(keys, token_at, gamma + 1), np.arange(gamma, dtype=np.intp) * vocab)
-    _LAST_LAW[:] = [key, law]
+    _LAST_LAW[0] = (p.copy(), q.copy(), law)
     return law
 
 
