@@ -117,6 +117,31 @@ def test_reference_throughput():
         assert stated / 3 < rate < stated * 3
 
 
+#: A sized run on a real law with the law taken as views, against copies: at least this much faster.
+VIEWS_TARGET = 5.0
+
+
+def test_views_against_copies_on_a_real_law(speed_target):
+    """Rows of SmolLM2's chat law (49,152 tokens, 6 rows a call) through the harness and the
+    reference, the law as broadcast views against copied a row, in one run: what made the
+    sized chat run at 0.05 take seconds (docs/scale.md)."""
+    from specgauge.fixtures.real_laws import fixtures as real_law_fixtures
+    from specgauge.stattests.chain.harness import RunConfig, run_fixture
+    from specgauge.stattests.core.reference import NumpyDecoder
+
+    chat = next(f for f in real_law_fixtures() if f.name == "smollm2-chat-t1")
+    seconds = {}
+    for decoder in (_Copies(), NumpyDecoder()):
+        run_fixture(decoder, chat, RunConfig(60))  # warm: the law's tables, the buffers
+        start = time.process_time()
+        run_fixture(decoder, chat, RunConfig(3_000))
+        seconds[type(decoder).__name__] = time.process_time() - start
+    ratio = seconds["_Copies"] / seconds["NumpyDecoder"]
+    print(f"\n3,000 rows of smollm2-chat-t1: copies {seconds['_Copies']:.2f} CPU-s, views "
+          f"{seconds['NumpyDecoder']:.2f} CPU-s: {ratio:.1f}x")
+    speed_target(ratio >= VIEWS_TARGET, f"views only {ratio:.1f}x the copies (target {VIEWS_TARGET:g}x)")
+
+
 def test_rows_against_the_instance_and_sqrt_v():
     rows = table()
     print(f"\nrows to certify a worst-case TV at per-assertion false-fail {RATE:.2g}, false-pass 1e-3")
