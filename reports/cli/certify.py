@@ -137,8 +137,13 @@ def _sized(args, argv, target, decoder, config: CertConfig, options: SweepOption
     # in this process, the decoder loaded above; elsewhere, its spec, loaded where the shard runs
     plan_ = plan_shards(decoder if local else args.decoder, pairs, rows, config.seed, config.timeout,
                         planned.chunk_bytes, args.shards)
-    count = (f"{args.shards} shard(s) a fixture" if args.shards else
-             f"{len(plan_)} shard(s) of about {SHARD_SECONDS / 60:g} CPU-minute (--shards N for another plan)")
+    if args.shards:
+        count = f"{args.shards} shard(s) a fixture"
+    elif len(plan_) == len(pairs):  # every fixture's estimate under a shard's: nothing to split
+        count = (f"one shard a fixture (each estimated under {SHARD_SECONDS / 60:g} CPU-minute; --shards N "
+                 "splits them)")
+    else:
+        count = f"{len(plan_)} shard(s) of about {SHARD_SECONDS / 60:g} CPU-minute (--shards N for another plan)"
     print(fold(f"certifying {args.decoder or 'numpy'}: {sizing_note(config)}"
           + (f"; rows sized for worst-case TV {config.guarantee:g}" if config.guarantee is not None else "")
           + f"; {count} on {options.resolved_executor()}"), file=sys.stderr)
