@@ -282,6 +282,8 @@ class _Block:
             np.multiply(word, kind(mult), out=self.word)
             np.right_shift(self.word, kind(shift), out=self.word)
             word = self.word
+        if word.dtype == np.uint64:  # below 256 by now; NumPy 1 will not take uint64 indices
+            word = word.view(np.int64)
         return _LEADING[self.width].take(word, out=self.n, mode="clip")
 
 
