@@ -63,8 +63,11 @@ def top_candidates(q, k: int) -> np.ndarray:
     A tensor's rows are cut to their 2k + 8 largest entries on its device first (ties by id
     are then exact unless more than k + 8 tokens tie at the k-th value)."""
     k = min(k, q.shape[-1])
-    if isinstance(q, np.ndarray):
-        ids = np.argpartition(-q, k - 1, axis=-1)[:, :k] if k < q.shape[-1] else np.tile(np.arange(q.shape[-1]), (len(q), 1))
+    if isinstance(q, np.ndarray):  # every entry above the k-th largest, then its ties by id
+        kth = np.partition(q, q.shape[-1] - k, axis=-1)[:, -k:-k + 1 or None]
+        above, tied = q > kth, q == kth
+        keep = above | (tied & (np.cumsum(tied, axis=-1) <= k - above.sum(axis=-1, keepdims=True)))
+        ids = np.nonzero(keep)[1].reshape(len(q), k)
         score = np.take_along_axis(q, ids, axis=-1)
     else:
         values, index = q.topk(min(q.shape[-1], 2 * k + 8), dim=-1)

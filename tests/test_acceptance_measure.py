@@ -97,6 +97,8 @@ def test_disjoint_supports_accept_nothing():
 
 
 def test_sampling_transforms_apply_to_both_sides():
+    pytest.importorskip("torch", reason="sampling transforms run HF's logits warpers: pip install 'specgauge[hf]'")
+    pytest.importorskip("transformers", reason="sampling transforms run HF's logits warpers: pip install 'specgauge[hf]'")
     p = np.array([[0.5, 0.3, 0.2], [0.1, 0.6, 0.3], [0.2, 0.2, 0.6]])
     q = np.array([[0.4, 0.5, 0.1], [0.2, 0.3, 0.5], [0.7, 0.2, 0.1]])
     greedy = Sampling(temperature=0.0)
