@@ -113,6 +113,13 @@ def test_sampling_transforms_apply_to_both_sides():
 def test_top_candidates_are_ranked_by_q_ties_by_id():
     q = np.array([[0.1, 0.4, 0.1, 0.4], [0.25, 0.25, 0.25, 0.25]])
     assert top_candidates(q, 3).tolist() == [[1, 3, 0], [0, 1, 2]]
+    rng = np.random.default_rng(5)  # many ties straddling the k-th place: a full sort decides
+    for _ in range(200):
+        v = int(rng.integers(1, 40))
+        k = int(rng.integers(1, v + 1))
+        q = rng.integers(0, 4, size=(3, v)).astype(float)
+        expected = np.lexsort((np.tile(np.arange(v), (3, 1)), -q), axis=-1)[:, :k]
+        assert np.array_equal(top_candidates(q, k), expected)
 
 
 def test_ngram_on_text_with_known_repeats():
