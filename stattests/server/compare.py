@@ -400,15 +400,36 @@ def request_ids(run: ProbeRun) -> np.ndarray:
 
 
 def _offset_pairs(members: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """For requests of m choices (``members[R, m]``, sample rows in choice order): per offset d =
-    1..m/2, the disjoint pairs (j, j + d) with ⌊j/d⌋ even, from every request. Under independence
-    each is a pair of independent draws, and every distance between two choices is tested."""
+    """For requests of m choices (``members[R, m]``, sample rows in choice order): per distance d =
+    1..m − 1, the disjoint pairs (j, j + d) with ⌊j/d⌋ even (for d > m/2 every j < m − d), from
+    every request. Under independence each is a pair of independent draws, and every distance
+    between two choices is tested on the pairs at that distance alone, so a dependence at one
+    distance is not diluted by pairs at others."""
     out = {}
     m = members.shape[1]
-    for d in range(1, m // 2 + 1):
+    for d in range(1, m):
         j = np.arange(m - d)
         j = j[(j // d) % 2 == 0]
         out[d] = (members[:, j].ravel(), members[:, j + d].ravel())
+    return out
+
+
+def _request_pairs(groups: list[np.ndarray], prompt: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Consecutive requests of each prompt, choice j with choice j, at both offsets: the pairs of
+    requests (0, 1), (2, 3), ... (offset 0) and (1, 2), (3, 4), ... (offset 1). Each offset's pairs
+    are disjoint, so each is a set of independent pairs under independence; together they see a
+    dependence between any two requests sent one after the other."""
+    out = {}
+    for offset in (0, 1):
+        xs, ys = [], []
+        for p in np.unique(prompt):
+            mine = [g for g in groups if prompt[g[0]] == p]
+            for a, b in zip(mine[offset::2], mine[offset + 1::2]):
+                size = min(a.size, b.size)
+                xs.append(a[:size])
+                ys.append(b[:size])
+        if xs:
+            out[offset] = (np.concatenate(xs), np.concatenate(ys))
     return out
 
 
@@ -426,8 +447,8 @@ def independence_results(run: ProbeRun, false_fail_rate: float) -> dict[str, lis
 
     - ``within``: the choices of one request, every distance between them (:func:`_offset_pairs`),
       per prompt; empty where no request had two choices;
-    - ``across``: requests close in time: the k-th and (k+1)-th request of a prompt (k even), choice
-      j with choice j;
+    - ``across``: requests close in time: the k-th and (k+1)-th request of a prompt, for k even and
+      for k odd (:func:`_request_pairs`), choice j with choice j;
     - ``dispersion``: per request, how many of its choices fall in a band of labels, against the
       binomial (:mod:`~specgauge.stattests.server.dispersion`): all pairs of a request at once,
       herded (over-dispersed) or spread (under-dispersed); empty where no request had two choices.
@@ -440,19 +461,16 @@ def independence_results(run: ProbeRun, false_fail_rate: float) -> dict[str, lis
     order = np.lexsort((np.asarray([r["s"] for r in run.records]), req))
     starts = np.flatnonzero(np.r_[True, req[order][1:] != req[order][:-1]])
     groups = np.split(order, starts[1:])  # the rows of each request, choice by choice, requests in time order
-    within: list[tuple[np.ndarray, np.ndarray]] = []
+    by_distance: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
     sizes: list[np.ndarray] = []
     for m in sorted({g.size for g in groups if g.size >= 2}):
         members = np.stack([g for g in groups if g.size == m])
-        within += list(_offset_pairs(members).values())
+        for d, pair in _offset_pairs(members).items():  # a distance's pairs from requests of every size
+            by_distance.setdefault(d, []).append(pair)
         sizes.append(members)
-    across_a, across_b = [], []
-    for p in np.unique(prompt):
-        mine = [g for g in groups if prompt[g[0]] == p]
-        for a, b in zip(mine[0::2], mine[1::2]):
-            size = min(a.size, b.size)
-            across_a.append(a[:size])
-            across_b.append(b[:size])
+    within = [(np.concatenate([x for x, _ in pairs]), np.concatenate([y for _, y in pairs]))
+              for _, pairs in sorted(by_distance.items())]
+    across = _request_pairs(groups, prompt)
     out: dict[str, list[TestResult]] = {"within": [], "across": [], "dispersion": []}
     for k in range(length):
         label = labels[:, k]
@@ -463,21 +481,29 @@ def independence_results(run: ProbeRun, false_fail_rate: float) -> dict[str, lis
             out["within"].append(_combined(parts, false_fail_rate, f"{len(tests)} distances between the choices of a "
                                            f"request, each as disjoint pairs, per prompt"))
             out["dispersion"].append(dispersion_test(label, sizes, prompt, false_fail_rate))
-        if across_a:
-            x, y = np.concatenate(across_a), np.concatenate(across_b)
-            parts = _pair_tests(label[x], label[y], prompt[x], false_fail_rate / np.unique(prompt).size)
-            out["across"].append(_combined(parts, false_fail_rate, "consecutive requests of a prompt, choice by choice"))
+        if across:
+            rate = false_fail_rate / (len(across) * np.unique(prompt).size)
+            parts = [t for x, y in across.values() for t in _pair_tests(label[x], label[y], prompt[x], rate)]
+            out["across"].append(_combined(parts, false_fail_rate, "consecutive requests of a prompt, choice by choice, "
+                                           f"at {len(across)} offsets ((0, 1), (2, 3), ... and (1, 2), (3, 4), ...), "
+                                           "per prompt"))
     return out
 
 
 def _combined(parts: list[TestResult], false_fail_rate: float, what: str) -> TestResult:
+    """The row of one position: its tests Bonferroni-combined, its figure the worst test's. A test
+    with pairs that pooled to one category (too few pairs, or one label nearly always) detects
+    nothing, so the row states no figure then (inf), rather than one that holds for the others only."""
     result = combine_bonferroni(parts, "independence", false_fail_rate)
     pairs = sum(part.n for part in parts)
-    tested = [part.min_detectable_tv for part in parts if part.df and math.isfinite(part.min_detectable_tv)]
-    figure = max(tested, default=math.inf)  # a test whose pairs pooled to one category tests nothing
-    details = {**dict(result.details), "message": f"{what}: {pairs} pairs in {len(parts)} tests ({len(tested)} with "
-                                                  f"two categories or more); a dependence of TV {figure:.3g} in any "
-                                                  f"of them is caught with power {1 - DEFAULT_FALSE_PASS:g}"}
+    with_pairs = [part for part in parts if part.n > 0]
+    blind = sum(not (part.df and math.isfinite(part.min_detectable_tv)) for part in with_pairs)
+    figure = max((part.min_detectable_tv if part.df else math.inf for part in with_pairs), default=math.inf)
+    said = (f"a dependence of TV {figure:.3g} in any of them is caught with power {1 - DEFAULT_FALSE_PASS:g}"
+            if math.isfinite(figure) else
+            f"no figure: {blind} of them too small to detect any dependence at power {1 - DEFAULT_FALSE_PASS:g} "
+            f"(their pairs pool to one category, or too few pairs); more samples a prompt give one")
+    details = {**dict(result.details), "message": f"{what}: {pairs} pairs in {len(parts)} tests; {said}"}
     return TestResult(result.test, result.statistic, result.pvalue, pairs, result.false_fail_rate, figure,
                       result.df, details)
 
