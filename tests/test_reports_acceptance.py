@@ -38,8 +38,11 @@ def test_vllm_json_percent_lists_and_aggregate_rate(tmp_path):
     a.write_text(json.dumps({"spec_decode_per_position_acceptance_rates": [80.0, 40.0]}))
     assert parse_acceptance(str(a)).rates == pytest.approx((0.8, 0.5))
     b = tmp_path / "b.json"
-    b.write_text(json.dumps({"spec_decode_acceptance_rate": 65.0, "spec_decode_per_position_acceptance_rates": []}))
+    b.write_text(json.dumps({"spec_decode_acceptance_rate": 65.0}))
     assert parse_acceptance(str(b)).rates == pytest.approx((0.65,))
+    b.write_text(json.dumps({"spec_decode_acceptance_rate": 65.0, "spec_decode_per_position_acceptance_rates": []}))
+    with pytest.raises(AcceptanceError, match="is empty"):   # an empty list is refused, not read as the rate alone
+        parse_acceptance(str(b))
 
 
 @pytest.mark.parametrize("content, message", [

@@ -27,7 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
     group = parser.add_argument_group("acceptance (as plan takes it)")
     group.add_argument("--acceptance", default=None, metavar="SPEC",
                        help="acceptance instead of --alpha: one α, a per-position list (0.9,0.8,0.7), a profile name "
-                       "from fixtures/workloads, or a `vllm bench serve --save-result` JSON, so that one configuration "
+                       "from fixtures/workloads, a `vllm bench serve --save-result` JSON, or a saved vLLM /metrics text (two, "
+                       "BEFORE,AFTER: their difference), so that one configuration "
                        "of a `plan --acceptance` sweep can be replayed")
     group.add_argument("--acceptance-beyond", choices=("geometric", "last", "refuse"), default="geometric",
                        help="draft positions beyond those --acceptance gives: a geometric decay fitted to them "
@@ -133,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         row = add_intervals(pd.DataFrame([row]), alpha_measured=not placeholder, profiles=config.profiles).iloc[0].to_dict()
         say(summary(row, config.trace))
         say(f"  90 % intervals in brackets: {row['interval_note']}")
+        if spec is not None and spec.acceptance_length is not None:   # measured by a server: say what it gave
+            say(f"  acceptance from {spec.source}")
         note = spec.beyond_note(config.parsed_policy.max_gamma) if spec is not None else None
         if note:
             say(f"  acceptance: {note}")

@@ -1,6 +1,6 @@
-"""``--acceptance``: one α, a per-position list, a named profile, or a vLLM result JSON.
+"""``--acceptance``: one α, a per-position list, a named profile, a vLLM result JSON or ``/metrics`` text.
 
-The point is to calibrate a plan on measured numbers. Four spellings:
+The point is to calibrate a plan on measured numbers. Five spellings:
 
 * ``0.8``: i.i.d. acceptance, every draft token accepted with probability 0.8;
 * ``0.9,0.8,0.7``: per-position *conditional* rates α_k = P(draft k accepted | drafts
@@ -21,7 +21,13 @@ The point is to calibrate a plan on measured numbers. Four spellings:
   gives an i.i.d. α. A list is read as fractions when every value is at most 1 (as vLLM
   writes it) and as percentages when every value is above 1; a list mixing the two (such
   as ``[1.2, 0.9, 0.7]``) and a single rate of at most 1 (vLLM writes a percentage, so it
-  is a fraction or under 1 %) are ambiguous and refused rather than guessed.
+  is a fraction or under 1 %) are ambiguous and refused rather than guessed. A present
+  but empty per-position list is refused too: it says the counters gave nothing, and the
+  overall rate alone would hide that.
+* ``PATH`` or ``BEFORE,AFTER``: a saved Prometheus text of a vLLM server's ``/metrics`` (any
+  file that is not JSON), or two scrapes whose difference is the load between them
+  (``reports.planning.server_metrics``): per-position acceptance and the accepted length
+  from vLLM's speculative-decoding counters.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ class AcceptanceSpec:
     source: str
     replay: tuple[str, str] | None = None   # (JSONL trace, method): measured acceptance replayed per request
     beyond: str = "geometric"               # positions beyond ``rates``: geometric, last or refuse
+    acceptance_length: float | None = None  # the accepted length the measurement itself gives (a server's counters)
 
     @property
     def positions(self) -> int | None:
@@ -149,6 +156,10 @@ def from_vllm_json(path: Path) -> AcceptanceSpec:
     if not isinstance(data, dict):
         raise AcceptanceError(f"{origin} is not a JSON object")
     per_position = data.get(VLLM_PER_POSITION_KEY)
+    if per_position is not None and not per_position:
+        raise AcceptanceError(
+            f"{origin}: {VLLM_PER_POSITION_KEY} is empty (vLLM counted no drafts per position); give the acceptance "
+            "another way (--acceptance RATE, or the server's /metrics before and after the run)")
     if per_position:
         if not isinstance(per_position, list) or not all(isinstance(v, (int, float)) for v in per_position):
             raise AcceptanceError(f"{origin}: {VLLM_PER_POSITION_KEY} is not a list of numbers")
@@ -171,8 +182,19 @@ def from_vllm_json(path: Path) -> AcceptanceSpec:
     )
 
 
+def from_server_metrics(paths: list[str]) -> AcceptanceSpec:
+    """Acceptance from one or two saved ``/metrics`` texts (``reports.planning.server_metrics``)."""
+    from .server_metrics import describe, read_counters
+
+    counters, origin = read_counters(paths)
+    rates = _checked(conditional_from_cumulative(list(counters.per_position)), origin)
+    return AcceptanceSpec(rates, f"{origin}: {describe(counters)}", acceptance_length=counters.acceptance_length)
+
+
 def parse_acceptance(text: str) -> AcceptanceSpec:
-    """Read ``--acceptance`` in any of its four spellings (see the module docstring)."""
+    """Read ``--acceptance`` in any of its five spellings (see the module docstring)."""
+    from .server_metrics import looks_like_metrics
+
     text = text.strip()
     if not text:
         raise AcceptanceError("--acceptance is empty")
@@ -180,9 +202,13 @@ def parse_acceptance(text: str) -> AcceptanceSpec:
         path, _, method = text.partition(".jsonl")
         return AcceptanceSpec((), f"replayed per request from {path}.jsonl{method}",
                               replay=(path + ".jsonl", method.lstrip(":") or "eagle"))
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) == 2 and any(Path(p).exists() for p in parts):   # two scrapes: before,after
+        return from_server_metrics(parts)
+    if Path(text).is_file() and looks_like_metrics(Path(text)):
+        return from_server_metrics([text])
     if text.lower().endswith(".json") or Path(text).exists():  # a pipe or device too: refused as a file
         return from_vllm_json(Path(text))
-    parts = [p.strip() for p in text.split(",")]
     try:
         values = [float(p) for p in parts]
     except ValueError:
