@@ -88,3 +88,29 @@ def test_band_is_a_function_of_the_pooled_counts():
     assert inside.sum() in (4, 7) and inside[labels == 2].all()
     assert not band(np.zeros(5, np.int64)).any()
     assert variance_ratio(100 * 8 ** 2, 16, 100, 800) == 0  # every request 8 of 16: no spread at all
+
+
+def sized_run(samples: int, seed: int = 3):
+    """A sized probe's request sizes: a pilot of 20 a prompt (16 + 4) then the main draws (16s and a
+    last partial request), so every prompt has two requests of 4 choices: a group too small to test."""
+    from specgauge.stattests.server.probe import ProbeRun
+
+    pilot = FakeOpenAI(seed=seed).run(["one", "two"], 20, n=16, length=2, top=9)
+    main = FakeOpenAI(seed=seed + 1).run(["one", "two"], samples, n=16, length=2, top=9)
+    shift = 1 + max(r["r"] for r in pilot.records)
+    records = pilot.records + [{**r, "s": r["s"] + 20, "r": r["r"] + shift} for r in main.records]
+    return ProbeRun(pilot.header, records), ProbeRun(pilot.header, [r for r in records if r["r"] >= shift])
+
+
+def test_groups_too_small_are_left_out_and_the_figure_is_the_full_requests():
+    """Two requests of 4 choices state no figure (inf) and made the row's figure inf; left out and
+    counted, the row's figure is the one the full requests state on their own."""
+    from specgauge.stattests.server.compare import independence_results
+
+    run, full = sized_run(1604)
+    rows = independence_results(run, 1e-6)["dispersion"]
+    alone = independence_results(full, 1e-6)["dispersion"]
+    for row, own in zip(rows, alone):
+        assert np.isfinite(row.min_detectable_tv) and row.min_detectable_tv < 0.2, row.details["message"]
+        assert row.min_detectable_tv == pytest.approx(own.min_detectable_tv, rel=0.15), (row, own)
+        assert "2 groups too small to detect any herding or spreading left out untested" in row.details["message"]

@@ -63,3 +63,5 @@ def test_the_exact_server_passes_and_each_pair_row_states_its_figure_or_why_not(
             assert f"TV {row['min_detectable_tv']:.3g} in any of them" in row["message"]
         else:
             assert "no figure:" in row["message"] and row["verdict"] == "untested"
+            assert f"{row['check']}[" in cert.verdict(), "the verdict names each row that states no figure"
+    assert "rows stating no figure" in cert.verdict() and "tests too small" in cert.verdict()

@@ -128,7 +128,7 @@ class ServerCertificate:
         untested = [f"{c}[{p}]" if p else c for c, p in gaps[["check", "position"]].values]
         gap = (f"; untested (no sample reached them, or none whose token and law are known): {', '.join(untested)}"
                if untested else "")
-        line = f"PASS ({self.mode}: {what}): no discrepancy found at false-fail {total:.1g}{gap}"
+        line = f"PASS ({self.mode}: {what}): no discrepancy found at false-fail {total:.1g}{gap}" + _no_figure(f, kinds)
         if not joint.empty:
             return f"{line}\n{self._worst_case(f, kinds, joint)}"
         tv_rows = f[kinds.isin(("conditional", "homogeneity")) & (f["verdict"] == "pass")]
@@ -187,6 +187,21 @@ class ServerCertificate:
         return (f"  {len(contexts)} contexts tested: each next-token law{against} at worst-case TV <= "
                 f"{figure:.3g}{over} (worst {head['position']}, n {int(head['n'])}, tokens as {self.unit})\n{law}\n"
                 + self._plain(figure, "a difference in any tested context's next-token law "))
+
+
+def _no_figure(f, kinds) -> str:
+    """A verdict line naming the dependence rows that state no figure (passed nothing), each check
+    with its positions and why, or ""."""
+    rows = f[(f["verdict"] == "untested") & kinds.isin(("independence", "dispersion"))]
+    if rows.empty:
+        return ""
+    named = []
+    for check, group in rows.groupby("check", sort=False):
+        why = str(group.iloc[0]["message"])
+        why = why.split("no figure: ", 1)[1] if "no figure: " in why else why
+        why = why.split("; a bound of 1 states nothing")[0]
+        named.append(f"{check}[{', '.join(group['position'])}] ({why})")
+    return "\n  rows stating no figure (tested at their size, detecting nothing sure): " + "; ".join(named)
 
 
 _AGAINST = {"two-sample": "the baseline's law", "logprobs": "the law the server reports",
@@ -501,8 +516,9 @@ def _combined(parts: list[TestResult], false_fail_rate: float, what: str) -> Tes
     figure = max((part.min_detectable_tv if part.df else math.inf for part in with_pairs), default=math.inf)
     said = (f"a dependence of TV {figure:.3g} in any of them is caught with power {1 - DEFAULT_FALSE_PASS:g}"
             if math.isfinite(figure) else
-            f"no figure: {blind} of them too small to detect any dependence at power {1 - DEFAULT_FALSE_PASS:g} "
-            f"(their pairs pool to one category, or too few pairs); more samples a prompt give one")
+            f"no figure: {blind} of its {len(with_pairs)} tests too small to detect any dependence at power "
+            f"{1 - DEFAULT_FALSE_PASS:g} (their pairs pool to one category: too few pairs, or one label nearly "
+            f"always); more samples a prompt give one")
     details = {**dict(result.details), "message": f"{what}: {pairs} pairs in {len(parts)} tests; {said}"}
     return TestResult(result.test, result.statistic, result.pvalue, pairs, result.false_fail_rate, figure,
                       result.df, details)

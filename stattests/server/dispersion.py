@@ -161,7 +161,9 @@ def dispersion_test(label: np.ndarray, members: list[np.ndarray], prompt: np.nda
 
     ``label[N]``: each sample's label at the position; ``members``: per request size m ≥ 2, the
     sample rows ``[R, m]`` of its requests in choice order; ``prompt[N]``: each sample's prompt.
-    The row's figure is the worst group's larger |ρ|; ``details`` carry both sides."""
+    Groups too small to detect either side's strongest alternative are left out and counted (their
+    figure would be inf, and the row's with it); the row's figure is the worst tested group's larger
+    |ρ|; ``details`` carry both sides."""
     groups = []
     for rows in members:
         for p in np.unique(prompt[rows[:, 0]]):
@@ -171,23 +173,43 @@ def dispersion_test(label: np.ndarray, members: list[np.ndarray], prompt: np.nda
     if not groups:
         return TestResult(test, 1.0, 1.0, 0, false_fail_rate, math.inf, 0,
                           {"message": "no prompt with two requests of two choices or more: nothing to test"})
-    each = false_fail_rate / len(groups)
-    results = []
-    for rows in groups:
-        inside = band(label[rows].ravel()).reshape(rows.shape)
-        results.append(dispersion(inside.sum(axis=1), rows.shape[1], each, false_pass_rate=false_pass_rate))
+    bands = [band(label[rows].ravel()).reshape(rows.shape).sum(axis=1) for rows in groups]
+    # groups too small to test: no alternative of either side detected at power 1 − false_pass_rate, at the
+    # rate all the groups would share (a function of each group's size and pooled count only, on which the
+    # test conditions, so leaving them out keeps the level); the rest share the rate
+    size = false_fail_rate / len(groups)
+    small = [not any(map(math.isfinite, dispersion(counts, rows.shape[1], size, false_pass_rate=false_pass_rate).figure))
+             for counts, rows in zip(bands, groups)]
+    kept = [(counts, rows) for counts, rows, few in zip(bands, groups, small) if not few]
+    left = _left_out(groups, small)
+    if not kept:
+        return TestResult(test, 1.0, 1.0, 0, false_fail_rate, math.inf, 0,
+                          {"groups": 0.0, "message": f"no figure: every group is too small to detect any herding or "
+                                                     f"spreading at power {1 - false_pass_rate:g} ({left})"})
+    each = false_fail_rate / len(kept)
+    results = [dispersion(counts, rows.shape[1], each, false_pass_rate=false_pass_rate) for counts, rows in kept]
     worst = min(results, key=lambda d: d.pvalue)
     pvalue = min(1.0, len(results) * worst.pvalue)
     over = max(d.figure[0] for d in results)
     under = max(d.figure[1] for d in results)
-    tested = sum(d.in_band not in (0, d.requests * d.choices) for d in results)
     figure = max((x for x in (over, under) if math.isfinite(x)), default=math.inf)  # a side out of reach: see message
-    message = (f"{len(results)} groups (prompt, choices a request), {tested} with a band, each at false-fail "
-               f"{each:.2g}: per-request counts in the band against the binomial (Chernoff bounds on the exact "
-               f"conditional law given the pooled count); worst variance ratio {worst.statistic:.3g} (fails at or "
-               f"below {worst.critical[0]:.3g} or at or above {worst.critical[1]:.3g}); detects a correlation between "
-               f"choices of rho >= {over:.3g} (herded) or rho <= -{under:.3g} (spread) with power "
+    message = (f"{len(results)} groups (prompt, choices a request) tested, each at false-fail {each:.2g}"
+               f"{'; ' + left if left else ''}: per-request counts in the band against the binomial (Chernoff bounds "
+               f"on the exact conditional law given the pooled count); worst variance ratio {worst.statistic:.3g} "
+               f"(fails at or below {worst.critical[0]:.3g} or at or above {worst.critical[1]:.3g}); detects a "
+               f"correlation between choices of rho >= {over:.3g} (herded) or rho <= -{under:.3g} (spread) with power "
                f"{1 - false_pass_rate:g}")
     n = int(sum(d.requests * d.choices for d in results))
     return TestResult(test, worst.statistic, pvalue, n, false_fail_rate, figure, 0,
-                      {"rho_over": over, "rho_under": under, "groups": float(len(results)), "message": message})
+                      {"rho_over": over, "rho_under": under, "groups": float(len(results)),
+                       "left_out": float(sum(small)), "message": message})
+
+
+def _left_out(groups: list[np.ndarray], small: list[bool]) -> str:
+    """The groups left out as too small, counted with their requests and choices, in words."""
+    few = [rows for rows, s in zip(groups, small) if s]
+    if not few:
+        return ""
+    sizes = ", ".join(f"{rows.shape[0]} of {rows.shape[1]}" for rows in few[:4]) + (" ..." if len(few) > 4 else "")
+    return (f"{len(few)} groups too small to detect any herding or spreading left out untested "
+            f"({sum(rows.size for rows in few)} draws; requests of choices: {sizes})")
