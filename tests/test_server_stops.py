@@ -116,3 +116,22 @@ def test_a_sized_probe_of_a_server_that_stops_is_not_stopped_early(tmp_path, cap
     assert status == 0 and "stayed below" in err, err
     run = read_probe(tmp_path / "run.jsonl")
     assert sum(not r["tokens"] for r in run.records) > 100  # stopped at once: the end drawn first
+
+
+def test_a_withheld_token_id_leaves_only_its_contexts_untested_and_the_verdict_names_them():
+    """A token named ``token_id:N`` withheld at the last position: a tokenizer decodes N to its text,
+    never to "token_id:N", which made every sample unknown from its first position (the prompt hidden,
+    the exact server refused). Now only the contexts it was drawn at are untested, named with their
+    draws in the PASS line; a server biased exactly there passes only with those contexts named."""
+    kw = dict(withhold_token=0)
+    run = FakeOpenAI(seed=1, **kw).run(PROMPTS[:1], 1000)
+    cert = one_sample_reference(run, FakeOpenAI(**kw).reference(), target_tv=TV)
+    tested = set(cert.frame.loc[cert.frame["check"] == "identity-at-context", "position"])
+    assert cert.passed and {"prompt0/pos0/#0", "prompt0/pos1/#0"} <= tested, cert.verdict()
+    assert "untested where a token or its law was not known" in cert.verdict()
+    assert "prompt0/pos2 after [" in cert.verdict() and "draws)" in cert.verdict()
+    assert not any(u[0].startswith("prompt0/pos0") or u[0].startswith("prompt0/pos1") for u in cert.unknown)
+    biased = dict(withhold_token=0, biased_position=2, sample_temperature_factor=0.3)
+    hidden = one_sample_reference(FakeOpenAI(seed=2, **biased).run(PROMPTS[:1], 1000),
+                                  FakeOpenAI(**biased).reference(), target_tv=TV)
+    assert not hidden.passed or "prompt0/pos2 after [" in hidden.verdict().split("\n")[1], hidden.verdict()

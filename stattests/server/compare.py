@@ -96,6 +96,8 @@ class ServerCertificate:
     unit: str                      # what a token was: "ids", "tokens" or "words"
     notes: tuple[str, ...] = ()
     length: int = 0                # L: tokens per sample
+    #: contexts or prompts left untested because a token or a law there was not known: (name, draws)
+    unknown: tuple[tuple[str, int], ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -128,7 +130,8 @@ class ServerCertificate:
         untested = [f"{c}[{p}]" if p else c for c, p in gaps[["check", "position"]].values]
         gap = (f"; untested (no sample reached them, or none whose token and law are known): {', '.join(untested)}"
                if untested else "")
-        line = f"PASS ({self.mode}: {what}): no discrepancy found at false-fail {total:.1g}{gap}" + _no_figure(f, kinds)
+        line = (f"PASS ({self.mode}: {what}): no discrepancy found at false-fail {total:.1g}{gap}"
+                + self._unknown() + _no_figure(f, kinds))
         if not joint.empty:
             return f"{line}\n{self._worst_case(f, kinds, joint)}"
         tv_rows = f[kinds.isin(("conditional", "homogeneity")) & (f["verdict"] == "pass")]
@@ -138,6 +141,15 @@ class ServerCertificate:
         return (f"{line}; {head['check']}{where} could detect {_SHORT[_kind(head['detectable'])]} >= {figure:.3g} "
                 f"with power {1 - DEFAULT_FALSE_PASS:g} (n {int(head['n'])}, tokens as {self.unit})\n"
                 + self._per_context(f, kinds) + self._plain(figure, "a binned difference (not a worst case) "))
+
+    def _unknown(self) -> str:
+        """The contexts and prompts left untested where a token or a law was not known, with their draws."""
+        if not self.unknown:
+            return ""
+        ranked = sorted(self.unknown, key=lambda u: -u[1])
+        named = ", ".join(f"{name} ({draws:,} draws)" for name, draws in ranked[:6])
+        more = f" and {len(ranked) - 6} more ({sum(d for _, d in ranked[6:]):,} draws)" if len(ranked) > 6 else ""
+        return f"\n  untested where a token or its law was not known (see the notes): {named}{more}"
 
     @staticmethod
     def _per_context(f, kinds) -> str:
@@ -225,7 +237,7 @@ _SHORT = {"conditional": "a binned TV (RMS over contexts; not a worst case)",
 
 
 def _certificate(mode: str, decoder: str, rows: list[ServerRow], target_tv: float, unit: str,
-                 notes: list[str], length: int = 0) -> ServerCertificate:
+                 notes: list[str], length: int = 0, unknown: tuple[tuple[str, int], ...] = ()) -> ServerCertificate:
     laws = [row for row in rows if row.kind in _MEASURED]
     if not any(row.result.n > 0 and row.result.df != 0 for row in laws):
         raise InputFileError(f"no context could be tested ({mode}): too few samples reach any context with a known "
@@ -246,7 +258,7 @@ def _certificate(mode: str, decoder: str, rows: list[ServerRow], target_tv: floa
             out["message"] = (f"{out['message']}; " if out["message"] else "") + \
                 "a bound of 1 states nothing: untested, not passed"
         built.append(out)
-    return ServerCertificate(mode, Certificate.from_rows(built), target_tv, unit, tuple(notes), length)
+    return ServerCertificate(mode, Certificate.from_rows(built), target_tv, unit, tuple(notes), length, unknown)
 
 
 # ---------------------------------------------------------------- like for like
@@ -714,12 +726,14 @@ def _one_sample(mode: str, run: ProbeRun, kind: str, prompt: np.ndarray, seqs: n
                 law_of, false_fail_rate: float, target_tv: float, notes: list[str],
                 tokenize: Tokenize | None = None, laws: np.ndarray | None = None, seed: int = 0,
                 chi_square: tuple[np.ndarray, np.ndarray] | None = None,
-                usable: np.ndarray | None = None) -> ServerCertificate:
+                usable: np.ndarray | None = None, refused_prompts: tuple[tuple[str, int], ...] = (),
+                spell: Callable[[int, int], str] | None = None) -> ServerCertificate:
     """The one-sample certificate: identity rows per context and per prompt, then (where the laws are
     small enough to hold per draw: the logprobs mode) the directional chi-square per position, the PIT
     and the independence of draws; the false-fail rate is shared evenly over the tests."""
     length = seqs.shape[1]
-    plan, unknown = refuse_contexts(plan_contexts(prompt, seqs), seqs != -2, below=True)
+    whole = plan_contexts(prompt, seqs)
+    plan, unknown = refuse_contexts(whole, seqs != -2, below=True)
     if unknown:
         draws = int((seqs == -2).sum())
         notes = notes + [f"{unknown} contexts untested: {draws} samples generated a token there that the server did "
@@ -730,6 +744,7 @@ def _one_sample(mode: str, run: ProbeRun, kind: str, prompt: np.ndarray, seqs: n
         notes = notes + [f"{refused} contexts untested: no draw there came back with the context's law (no top "
                          f"logprobs at that position, as llama.cpp gives none for accepted drafts), or the list names "
                          f"a partial character; the others' laws are shared by their draws, so none is biased"]
+    named = tuple(refused_prompts) + _lost_contexts(whole, plan, seqs, spell)
     pit = _pit(plan, cells, law_of, seed)
     reserved = length + 1 + independence_count(run)
     rows, rate, short = _identity_rows(plan, cells, law_of, false_fail_rate, reserved, target_tv,
@@ -740,7 +755,23 @@ def _one_sample(mode: str, run: ProbeRun, kind: str, prompt: np.ndarray, seqs: n
                           "pit"))
     rows += _independence_rows(run, rate)
     notes = truncation_note(run, kind, tokenize=tokenize, mode=mode) + notes
-    return _certificate(mode, str(law_params(run)["model"]), rows, target_tv, kind, notes, length)
+    return _certificate(mode, str(law_params(run)["model"]), rows, target_tv, kind, notes, length, named)
+
+
+def _lost_contexts(before: ContextPlan, after: ContextPlan, seqs: np.ndarray,
+                   spell: Callable[[int, int], str] | None = None) -> tuple[tuple[str, int], ...]:
+    """The contexts draws reached that the refusals left untested, named by their prompt, position and
+    prefix (``spell(row, k)``: the first k tokens of sample ``row``; else its ids), with their draws."""
+    size = before.prompt.size
+    had = np.bincount(before.label[before.label >= 0], minlength=size)
+    kept = np.bincount(after.label[after.label >= 0], minlength=size)
+    lost = np.flatnonzero((had > 0) & (kept == 0))
+
+    def name(c: int) -> str:
+        k, row = int(before.position[c]), int(before.first[c])
+        prefix = spell(row, k) if spell is not None else " ".join(str(int(t)) for t in seqs[row, :k])
+        return f"prompt{int(before.prompt[c])}/pos{k}" + (f" after [{prefix}]" if k else "")
+    return tuple((name(int(c)), int(had[c])) for c in lost)
 
 
 def _pit(plan: ContextPlan, cells: np.ndarray, law_of, seed: int) -> np.ndarray:
@@ -965,6 +996,280 @@ def one_sample_reference(run: ProbeRun, law: Callable[[ProbeRun], tuple], *,
                           "are not known: testing the rest would bias the law)")
     return _one_sample("reference", run, kind, prompt, tokens, cells, law_of, false_fail_rate, target_tv,
                        notes, tokenize, seed=seed, chi_square=(top_cells, top_laws), usable=usable)
+
+
+#: The reference law's heaviest tokens per context kept for the directional chi-square (the rest: one cell).
+CHI_SQUARE_TOKENS = 64
+
+
+def _heaviest(plan: ContextPlan, cells: np.ndarray, law_of) -> tuple[np.ndarray, np.ndarray]:
+    """(cells[N, L], laws[N, L, M+1]): each draw's cell among its context's M heaviest tokens
+    (M: the last cell, the rest), and that lumped law: a vocabulary-sized law held once per draw
+    would not fit."""
+    m = CHI_SQUARE_TOKENS
+    out_cells = np.zeros(cells.shape, np.int64)
+    out_laws = np.zeros((*cells.shape, m + 1))
+    for c in range(plan.prompt.size):
+        k = int(plan.position[c])
+        members = plan.label[:, k] == c
+        law = np.asarray(law_of(int(plan.first[c]), k), np.float64)
+        law = law / law.sum()
+        head = np.argsort(-law, kind="stable")[:m]
+        lumped = np.zeros(m + 1)
+        lumped[:head.size] = law[head]
+        lumped[m] = max(0.0, 1.0 - lumped[:m].sum())
+        where = np.full(law.size, m)
+        where[head] = np.arange(head.size)
+        out_cells[members, k] = where[cells[members, k]]
+        out_laws[members, k] = lumped
+    return out_cells, out_laws
+
+
+def cross_checked(run: ProbeRun, *, law: Callable[[ProbeRun], tuple] | None = None, baseline: ProbeRun | None = None,
+                  false_fail_rate: float = DEFAULT_FALSE_FAIL, target_tv: float = 0.1, seed: int = 0,
+                  eos_tokens: Sequence[str] = ()) -> ServerCertificate:
+    """The logprobs mode, with the reported law cross-checked: the same samples also against a
+    reference model's law (``law``), or against a run with speculation off (``baseline``), each
+    half at half the false-fail rate, in one certificate. A server that samples and reports one
+    wrong law (colder, say) passes the logprobs rows and fails the cross-check's."""
+    if (law is None) == (baseline is None):
+        raise InputFileError("a cross-check needs one of a reference model or a baseline run")
+    half = false_fail_rate / 2
+    own = one_sample_logprobs(run, false_fail_rate=half, target_tv=target_tv, seed=seed, eos_tokens=eos_tokens)
+    other = (one_sample_reference(run, law, false_fail_rate=half, target_tv=target_tv, seed=seed) if law is not None
+             else two_sample(baseline, run, false_fail_rate=half, target_tv=target_tv))
+    frame = other.frame.copy()
+    frame["check"] = f"{CROSS[other.mode]}:" + frame["check"]
+    merged = Certificate(pd.concat([own.frame, frame], ignore_index=True))
+    notes = [*own.notes, *(f"{CROSS[other.mode]}: {note}" for note in other.notes),
+             f"the reported law cross-checked: the rows named {CROSS[other.mode]}:... test the same samples against "
+             f"{_AGAINST[other.mode]}, each half at false-fail {half:.1g}"]
+    return ServerCertificate("logprobs", merged, target_tv, own.unit, tuple(notes), own.length)
+
+
+#: The prefix of a cross-check's rows, by the mode that made them.
+CROSS = {"reference": "cross-check-reference", "two-sample": "cross-check-baseline"}
+
+
+def run_mode(mode: str, **kwargs) -> ServerCertificate:
+    """Dispatch by mode name, refusing unknown ones with the valid choices."""
+    table = {"two-sample": two_sample, "logprobs": one_sample_logprobs, "reference": one_sample_reference}
+    if mode not in table:
+        raise InputFileError(f"invalid mode {mode!r}; valid modes are {', '.join(MODES)}")
+    return table[mode](**kwargs)
+# ---------------------------------------------------------------- one-sample: the server's logprobs
+
+
+def logprob_cells(run: ProbeRun, eos: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                                  np.ndarray, str | None]:
+    """(prompt[N], seqs[N, L], cells[N, L], laws[N, L, K+1], usable[N, L], end) from the server's
+    top-k logprobs; ``usable`` is False where a position came back without its top logprobs.
+
+    A context's law is the top-k the server reported at the first draw that reached it (every
+    draw of a context must see the same law), the last cell the remainder (any other token,
+    of probability 1 − Σ top); cell j < K is that list's j-th token, matched by name. Positions
+    past a sample's end have seqs −1. A sample that stopped at an end of sequence before L
+    tokens without listing it drew the end at the position it stopped: placed by the end
+    token's name (``eos``, else :func:`end_token`'s guess, ``end``), in the remainder where
+    the context's list does not name it. A sample cut short otherwise (a withheld trailing
+    token) has −2 there: a token generated, not known.
+    """
+    records = [r for r in run.records if "tokens" in r]
+    length = _length(run)
+    stop_strings = _stop_strings(run)
+    k = max((len(row) for r in records for row in r.get("top", [])), default=0)
+    if k == 0:
+        raise InputFileError("the run's top logprobs are empty: probe with --top-logprobs K >= 1")
+    n = len(records)
+    vocab: dict[str, int] = {}
+    seqs = np.full((n, length), -1, np.int64)
+    names: list[list[list[str]]] = []
+    drawn: list[list[str | None]] = []
+    laws = np.zeros((n, length, k + 1))
+    usable = np.ones((n, length), bool)
+    ends = set(eos) or listed_end(records, length, stop_strings)
+    for i, r in enumerate(records):
+        row_names, row_drawn = [], list(r["tokens"][:length])
+        for j, token in enumerate(row_drawn):
+            top = r.get("top", [])[j] if j < len(r.get("top", [])) else []
+            usable[i, j] = bool(top)  # this draw reported its context's law
+            top = sorted(top, key=lambda tl: -tl[1])[:k]
+            row_names.append([t for t, _ in top])
+            probs = np.exp(np.asarray([lp for _, lp in top], np.float64))
+            laws[i, j, :len(top)] = probs
+            laws[i, j, k] = max(0.0, 1.0 - probs.sum())
+            seqs[i, j] = vocab.setdefault(token, len(vocab))
+        if len(row_drawn) < length and not (row_drawn and row_drawn[-1] in ends):
+            j = len(row_drawn)
+            usable[i, j] = False  # its law comes from another draw at the context
+            if stopped_at_end(r, stop_strings):
+                row_drawn.append(END)
+                seqs[i, j] = vocab.setdefault(END, len(vocab))
+            else:
+                row_drawn.append(None)
+                seqs[i, j] = -2
+            row_names.append([])
+        names.append(row_names)
+        drawn.append(row_drawn)
+    laws /= np.where(laws.sum(axis=2, keepdims=True) > 0, laws.sum(axis=2, keepdims=True), 1.0)
+    prompt = np.asarray([r["p"] for r in records], np.int64)
+    plan = plan_contexts(prompt, seqs)
+    cells = np.zeros((n, length), np.int64)
+    reported = usable.copy()
+    source = np.full(plan.prompt.size, -1)
+    for c in range(plan.prompt.size):  # each context's law: the top-k of a draw that reported it
+        pos = int(plan.position[c])
+        members = np.flatnonzero(plan.label[:, pos] == c)
+        with_law = members[reported[members, pos]]
+        # a law is the context's, not the draw's: draws that came back without it are placed by name,
+        # unless the list names a partial character ("\ufffd"), which a merged entry could hide behind
+        if with_law.size == 0 or any("\ufffd" in t for t in names[with_law[0]][pos]):
+            usable[members, pos] = False
+            continue
+        usable[members, pos] = True
+        source[c] = with_law[0]
+        laws[members, pos] = laws[with_law[0], pos]
+    end = next(iter(sorted(ends)), None) or end_token(plan, source, names, drawn, laws)
+    for c in np.flatnonzero(source >= 0):
+        pos = int(plan.position[c])
+        members = np.flatnonzero(plan.label[:, pos] == c)
+        lookup = {t: j for j, t in enumerate(names[source[c]][pos])}
+        cells[members, pos] = [lookup.get(end if drawn[i][pos] == END else drawn[i][pos], k) for i in members]
+    return prompt, seqs, cells, laws, usable, end
+
+
+def listed_end(records: list[dict[str, Any]], length: int, stop_strings: bool) -> set[str]:
+    """The end token's name where the server lists it (vLLM lists the end as a sample's last
+    token): the one name every sample that stopped short ends on, and that no sample has
+    anywhere else; else empty (the server leaves the end out)."""
+    stopped = [r["tokens"] for r in records if stopped_at_end(r, stop_strings) and len(r["tokens"]) <= length]
+    last = {t[-1] if t else None for t in stopped}
+    if len(last) != 1 or None in last:
+        return set()
+    name = last.pop()
+    inside = any(name in r["tokens"][:-1] or (name in r["tokens"] and r.get("finish") != "stop") for r in records)
+    return set() if inside else {name}
+
+
+def end_token(plan: ContextPlan, source: np.ndarray, names: list, drawn: list, laws: np.ndarray) -> str | None:
+    """The end-of-sequence token's name, guessed where the server never lists it: among the names
+    the top-k lists hold but no sample ever drew, the one most likely to have given the ends
+    drawn (Σ log of its reported probability at each end's context, the remainder where a
+    list does not name it), or None (the remainder) where none beats the remainder."""
+    listed = {t for row in drawn for t in row if isinstance(t, str) and t != END}
+    ended = []  # (stops, names, law) at each context where samples ended
+    for c in np.flatnonzero(source >= 0):
+        pos = int(plan.position[c])
+        members = np.flatnonzero(plan.label[:, pos] == c)
+        stops = sum(drawn[i][pos] == END for i in members)
+        if stops:
+            ended.append((stops, names[source[c]][pos], laws[source[c], pos]))
+    candidates = [None, *sorted({t for _, top, _ in ended for t in top} - listed)]
+    def score(t):
+        return sum(stops * math.log(max(law[top.index(t)] if t in top else law[-1], 1e-300))
+                   for stops, top, law in ended)
+    scores = {t: score(t) for t in candidates}
+    return max(candidates, key=lambda t: (scores[t], t is None))
+
+
+def _refused_note(bad: np.ndarray, why: str) -> list[str]:
+    """One note naming the prompts refused and how many samples made them so."""
+    prompts = np.flatnonzero(bad)
+    if prompts.size == 0:
+        return []
+    named = ", ".join(f"prompt{p} ({bad[p]})" for p in prompts[:8]) + (" ..." if prompts.size > 8 else "")
+    return [f"{prompts.size} prompts refused, every context of theirs untested: {named} {why}"]
+
+
+def _without_prompts(run: ProbeRun, bad: np.ndarray) -> ProbeRun:
+    """The run with the samples of the prompts marked bad left out."""
+    return ProbeRun(run.header, [r for r in run.records if not bad[r["p"]]], run.path)
+
+
+def one_sample_logprobs(run: ProbeRun, *, false_fail_rate: float = DEFAULT_FALSE_FAIL, target_tv: float = 0.1,
+                        seed: int = 0, eos_tokens: Sequence[str] = ()) -> ServerCertificate:
+    """Each context's draws against the server's own top-k law (no baseline run).
+
+    ``eos_tokens``: how the server names its end-of-sequence token in the top logprobs (default:
+    guessed, :func:`end_token`), where a sample that stopped before L tokens drew it."""
+    _require_samples(run, "the run")
+    if not any("top" in r for r in run.records):  # a server that ignores the request: say so, not "no samples"
+        raise InputFileError("the run has no top logprobs: probe with --top-logprobs K on a server that returns them")
+    stop_strings = _stop_strings(run)
+    records = [{**r, "tokens": []} if "tokens" not in r and not r["text"] and stopped_at_end(r, stop_strings) else r
+               for r in run.records]  # stopped at once: nothing to list
+    run = ProbeRun(run.header, records, run.path)
+    missing = np.bincount([r["p"] for r in run.records if "tokens" not in r], minlength=len(run.header["prompts"]))
+    whole = _prompt_draws(run, missing > 0)
+    if missing.any():  # a sample without its tokens cannot be placed in any context: its prompt is refused
+        run = _without_prompts(run, missing > 0)
+        _require_samples(run, "the run, once the prompts with samples without logprobs are refused,")
+    prompt, seqs, cells, laws, usable, end = logprob_cells(run, eos_tokens)
+    def law_of(i, k):
+        return laws[i, k]
+    notes = ["logprobs must be those of the sampled distribution (after temperature/top-k/top-p): every row holds "
+             "against the law the server reports, which this mode takes on trust (cross-check it: compare --mode "
+             "logprobs with --reference MODEL_DIR or --baseline OFF.jsonl)"]
+    ended = int(sum(stopped_at_end(r, stop_strings) and len(r["tokens"]) < seqs.shape[1]
+                    and not (r["tokens"] and r["tokens"][-1] == end) for r in run.records))
+    if ended:
+        how = "as given" if eos_tokens else "guessed: the name the lists hold, no sample drew, most likely to end them"
+        notes.append(f"{ended} samples stopped at an end of sequence without listing it: each end is a draw of "
+                     + (f"{end!r} ({how})" if end is not None else "the remainder cell (no listed name fits better)")
+                     + " at the position it stopped; --eos-token NAME says which name it is")
+    refused = _refused_note(missing, "samples without logprobs (whether a sample lacks them may depend on its "
+                            "tokens: testing the rest would bias the law)")
+    kind = "ids" if unit_kind(run) == "ids" else "tokens"
+    tokens = [r["tokens"] for r in run.records if "tokens" in r]  # the rows of seqs, in order
+    return _one_sample("logprobs", run, kind, prompt, seqs, cells, law_of, false_fail_rate, target_tv,
+                       refused + notes, laws=laws, seed=seed, usable=usable, refused_prompts=whole,
+                       spell=lambda row, k: " ".join(map(str, tokens[row][:k])))
+
+
+def _prompt_draws(run: ProbeRun, bad: np.ndarray) -> tuple[tuple[str, int], ...]:
+    """The prompts refused whole, named, with their samples (draws at the first position)."""
+    counts = np.bincount([r["p"] for r in run.records], minlength=bad.size)
+    return tuple((f"prompt{p} (every position)", int(counts[p])) for p in np.flatnonzero(bad))
+
+
+# ---------------------------------------------------------------- one-sample: a local reference model
+
+
+def one_sample_reference(run: ProbeRun, law: Callable[[ProbeRun], tuple], *,
+                         false_fail_rate: float = DEFAULT_FALSE_FAIL, target_tv: float = 0.1,
+                         seed: int = 0) -> ServerCertificate:
+    """Test the samples against exact per-position laws from a reference model.
+
+    ``law(run)`` gives ``(prompt[N], tokens[N, L], probs[N, L, V])`` (each sample's token ids,
+    −1 past its end, and the reference's sampling law at each of its positions, by teacher
+    forcing), or ``(prompt, tokens, index[N, L], table[C, V])`` with the laws stored once per
+    distinct context (``probs[i, k] = table[index[i, k]]``).
+    """
+    _require_samples(run, "the run")
+    out = law(run)
+    if len(out) == 3:
+        prompt, tokens, probs = out
+        index, table = np.arange(tokens.size).reshape(tokens.shape), np.asarray(probs).reshape(tokens.size, -1)
+        mismatched = np.zeros(len(run.header["prompts"]), np.int64)
+    else:
+        prompt, tokens, index, table, mismatched = out
+    keep = mismatched[prompt] == 0  # a prompt with samples that re-tokenise differently is refused whole
+    if not keep.any():
+        raise InputFileError(f"every prompt has samples whose text re-tokenises to more than "
+                             f"{tokens.shape[1]} tokens: nothing can be tested without bias")
+    prompt, tokens, index = prompt[keep], tokens[keep], index[keep]
+    cells = np.where(tokens >= 0, tokens, 0)
+    usable = tokens != -2  # -2: generated, but the server did not list it (a withheld partial character)
+    def law_of(i, k):
+        return table[index[i, k]]
+    top_cells, top_laws = _heaviest(plan_contexts(prompt, tokens), cells, law_of)
+    tokenize = getattr(law, "tokenize", None)  # a reference model counts in its own tokens
+    kind = "ids" if unit_kind(run) == "ids" else "model tokens" if tokenize else "words"
+    notes = _refused_note(mismatched, "samples whose text re-tokenises to more than L tokens (the server's tokens "
+                          "are not known: testing the rest would bias the law)")
+    return _one_sample("reference", run, kind, prompt, tokens, cells, law_of, false_fail_rate, target_tv,
+                       notes, tokenize, seed=seed, chi_square=(top_cells, top_laws), usable=usable,
+                       refused_prompts=_prompt_draws(run, mismatched > 0))
 
 
 #: The reference law's heaviest tokens per context kept for the directional chi-square (the rest: one cell).

@@ -139,8 +139,8 @@ def sample_ids(record: dict, length: int, text_ids: Callable[[str], list[int]], 
     the end of sequence (``eos[0]``) when it stopped there (finish "stop", no stop strings
     asked for, its last listed token not already an end), else −2: a token generated there but
     not known (a withheld or merged trailing token, a stop string). A listed entry that is not
-    one whole token (llama.cpp merges the byte tokens of a character under the last byte's id)
-    is −2 at its position, unless the text's own L ids hold the listed ones in order (no token
+    one whole token (llama.cpp merges the byte tokens of a character under the last byte's id;
+    an entry named ``token_id:N``, vLLM's spelling, is the whole token N) is −2 at its position, unless the text's own L ids hold the listed ones in order (no token
     list to check: −2 from the start). Any end id becomes ``eos[0]``. None: the text re-tokenises to more than L tokens (the server's
     tokens are not known; its prompt is refused rather than a biased subset tested)."""
     listed = record.get("token_ids")
@@ -153,7 +153,7 @@ def sample_ids(record: dict, length: int, text_ids: Callable[[str], list[int]], 
         tokens = record.get("tokens")
         if not tokens or len(tokens) != len(ids):
             return [-2]  # entries not known to be whole: no position of it is known
-        whole = [decode([i]) == t for i, t in zip(ids, tokens)]
+        whole = [t == f"token_id:{i}" or decode([i]) == t for i, t in zip(ids, tokens)]  # named by id: whole
         return ids[:whole.index(False) if not all(whole) else len(ids)] + [-2]
     if len(ids) > length:
         return None
