@@ -57,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "ttft:200 tpot:50; each bounds the p99 unless prefixed mean_ or median_ (default: none)")
     group.add_argument("--acceptance", default=None, metavar="SPEC",
                        help="acceptance instead of --alpha: one α, a per-position list (0.9,0.8,0.7), a profile "
-                       "name from fixtures/workloads, or a `vllm bench serve --save-result` JSON")
+                       "name from fixtures/workloads, a `vllm bench serve --save-result` JSON, or a saved vLLM /metrics "
+                       "text (two, BEFORE,AFTER: their difference)")
     group.add_argument("--acceptance-beyond", choices=("geometric", "last", "refuse"), default="geometric",
                        help="draft positions beyond those a per-position --acceptance gives (a vLLM run measured at "
                        "3 draft tokens, swept to γ 5): a geometric decay fitted to the given positions (default), "
@@ -235,6 +236,11 @@ def main(argv: list[str] | None = None) -> int:
         say(table)
     say()
     for line in recommendation(decisions):
+        say(line)
+    from specgauge.reports.planning.measure_next import write_measure_next   # what to measure to narrow them
+
+    for line in write_measure_next(frame, config_columns, argv, not placeholder, args.profiles,
+                                   target.sibling("measure_next"), {**metadata, "source_csv": target.path.name}):
         say(line)
     if args.plot:
         from specgauge.reports.figures.curves import plot_plan

@@ -1,0 +1,85 @@
+"""``plan_measure_next.csv``: the runs a user can make, each with the interval a decision would have after it."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from specgauge.reports.cli import main as cli_main
+from specgauge.reports.planning.decisions import _scope_columns, best_gamma
+from specgauge.reports.planning.intervals import add_intervals
+from specgauge.reports.planning.measure_next import (CALIBRATED_SOURCE, MEASURE_NEXT_COLUMNS, Knowledge, intervals_at,
+                                                     measure_next, measured_alpha_spread)
+from specgauge.simulator import SimulationConfig
+
+SWEEP = ["--gamma", "0,3,5", "--batch-size", "1,64", "--requests", "60", "--no-plot", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory):
+    """One small plan with a placeholder α: its rows, its measure-next table and what it printed."""
+    folder = tmp_path_factory.mktemp("plan")
+    capture = pytest.MonkeyPatch()
+    lines: list[str] = []
+    capture.setattr("specgauge.reports.cli.plan.say", lambda *a: lines.append(" ".join(map(str, a))))
+    try:
+        assert cli_main(["plan", *SWEEP, "--csv", str(folder / "plan.csv")]) == 0
+    finally:
+        capture.undo()
+    frame = pd.read_csv(folder / "plan.csv", comment="#")
+    return frame, pd.read_csv(folder / "plan_measure_next.csv", comment="#"), lines
+
+
+def test_the_csv_names_runs_and_narrows_at_least_one_decision(planned):
+    _, table, lines = planned
+    assert list(table.columns[:7]) == MEASURE_NEXT_COLUMNS[:7] and len(table)
+    assert table["command"].str.contains("vllm bench serve").any() and table["command"].str.contains("--max-concurrency 1 ").any()
+    assert table["command"].str.contains("/metrics").any() and table["command"].str.contains("specgauge acceptance").any()
+    width_now = table["interval_hi"] / table["interval_lo"]
+    width_after = table["after_hi"] / table["after_lo"]
+    assert (width_after < width_now * 0.99).any()
+    best = [line for line in lines if line.startswith("Measure next: ")]
+    assert len(best) == 1 and "Run: " in best[0]
+
+
+def test_after_is_the_planners_own_interval_at_that_level(planned):
+    """The calibrated row's after-interval is what add_intervals and best_gamma give a frame whose step
+    model is calibrated: the same path ``plan`` runs, not a shrink factor."""
+    frame, table, _ = planned
+    columns = list(SimulationConfig().columns())
+    calibrated = add_intervals(frame.assign(step_model_source=CALIBRATED_SOURCE))
+    expected = {(r["decision"], r["batch_size"]): (r["speedup_lo"], r["speedup_hi"])
+                for r in best_gamma(calibrated, _scope_columns(frame, columns)) if r.get("speedup_lo") is not None}
+    rows = table[table["measurement"].str.startswith("vllm bench serve without speculation")]
+    assert len(rows) == len(expected)
+    for _, row in rows.iterrows():
+        assert (row["after_lo"], row["after_hi"]) == pytest.approx(expected[(row["decision"], row["batch_size"])])
+
+
+def test_knowledge_now_reproduces_the_plan_and_a_measured_alpha_drops_the_placeholder_range(planned):
+    frame, _, _ = planned
+    now = intervals_at(frame, Knowledge())
+    assert now["speedup_vs_no_spec_lo"].to_numpy() == pytest.approx(frame["speedup_vs_no_spec_lo"].to_numpy())
+    measured = intervals_at(frame, Knowledge(alpha_measured=True, alpha_sampled=True))
+    spec = frame["gamma"] > 0
+    assert (measured.loc[spec, "speedup_vs_no_spec_lo"] > now.loc[spec, "speedup_vs_no_spec_lo"]).any()
+    typed = add_intervals(frame, alpha_measured=True)   # a typed-in α: no spread at all, so no wider than measured
+    assert (typed["speedup_vs_no_spec_lo"] >= measured["speedup_vs_no_spec_lo"] - 1e-12).all()
+
+
+def test_runs_already_made_are_not_offered(planned):
+    frame, _, _ = planned
+    columns = list(SimulationConfig().columns())
+    given = add_intervals(frame, alpha_measured=True)
+    names = set(measure_next(given, columns, SWEEP, alpha_measured=True)["measurement"])
+    assert names and not any(name.startswith("acceptance") for name in names)
+    done = add_intervals(given.assign(step_model_source=CALIBRATED_SOURCE), alpha_measured=True)
+    assert measure_next(done, columns, SWEEP, alpha_measured=True).empty
+
+
+def test_the_measured_spread_is_binomial_and_shrinks_with_the_sample():
+    small, large = measured_alpha_spread(0.7, 1_000), measured_alpha_spread(0.7, 100_000)
+    assert small[0] < large[0] < 0.7 < large[1] < small[1]
+    assert (small[1] - small[0]) / (large[1] - large[0]) == pytest.approx(math.sqrt(100), rel=0.05)
