@@ -300,8 +300,43 @@ class _WritesItsViews(NumpyDecoder):
     """Declares broadcast inputs, then makes the view of q writable and zeroes it."""
 
     def verify(self, target_probs, draft_probs, draft_tokens, rng):
-        draft_probs.setflags(write=True)  # numpy allows it on a broadcast view: the base is writable
+        draft_probs.setflags(write=True)  # numpy allows it on a view of writable memory, not on the harness's
         draft_probs[...] = 0.0
+        return super().verify(target_probs, draft_probs, draft_tokens, rng)
+
+
+class _WritesAndRestores(NumpyDecoder):
+    """Makes the view of p writable, moves the bonus row's mass to token 0, verifies, and
+    restores the view before returning: no copy compared after the call could see it."""
+
+    def verify(self, target_probs, draft_probs, draft_tokens, rng):
+        target_probs.setflags(write=True)
+        saved = np.array(target_probs[0, -1])
+        target_probs[:, -1] = np.eye(target_probs.shape[-1])[0]
+        try:
+            return super().verify(target_probs, draft_probs, draft_tokens, rng)
+        finally:
+            target_probs[:, -1] = saved
+
+
+class _StridesAndWrites(NumpyDecoder):
+    """Asks ``as_strided(writeable=True)`` for a writable alias of p's view and writes through it."""
+
+    def verify(self, target_probs, draft_probs, draft_tokens, rng):
+        alias = np.lib.stride_tricks.as_strided(target_probs, writeable=True)
+        alias[0, -1, 0] += 0.25
+        alias[0, -1, 0] -= 0.25
+        return super().verify(target_probs, draft_probs, draft_tokens, rng)
+
+
+class _WritesByPointer(NumpyDecoder):
+    """Writes the law's memory through a raw pointer (ctypes), which NumPy cannot refuse, and
+    leaves it written: the run fails when the law the decoder saw differs from the fixture's."""
+
+    def verify(self, target_probs, draft_probs, draft_tokens, rng):
+        import ctypes
+
+        ctypes.c_double.from_address(draft_probs.ctypes.data).value = 0.0
         return super().verify(target_probs, draft_probs, draft_tokens, rng)
 
 
@@ -313,8 +348,11 @@ class _WritesWithoutAsking(NumpyDecoder):
 
 def test_broadcast_inputs_reach_only_a_decoder_that_declares_them_and_cannot_be_written():
     """The reference takes a context-free fixture's read-only views as they are (the same tokens as
-    copies, tests/test_reference_paths.py); a write into them fails the run, and the fixture is
-    restored for what runs next."""
+    copies, tests/test_reference_paths.py). The views lie over immutable memory: making them
+    writable (``setflags``, ``as_strided(writeable=True)``) raises inside verify and fails
+    ``contract``, also for a decoder that would restore what it wrote before returning; a write
+    by raw pointer fails the run when it ends. The fixture's own law is never touched, so no
+    check reads a modified law."""
     from specgauge.fixtures.pairs import FIXTURES
     from specgauge.stattests.chain.certify import CertConfig, certify
     from specgauge.stattests.chain.harness import takes_broadcast_inputs
@@ -322,9 +360,14 @@ def test_broadcast_inputs_reach_only_a_decoder_that_declares_them_and_cannot_be_
 
     assert takes_broadcast_inputs(NumpyDecoder()) and not takes_broadcast_inputs(ZOO["in-place-draft-probs"]())
     fixture = FIXTURES["seed-six-token"]
-    before = fixture.draft.copy()
-    for decoder, said in ((_WritesItsViews(), "verify modified its input draft_probs in place"),
+    before = fixture.target.copy(), fixture.draft.copy()
+    for decoder, said in ((_WritesItsViews(), "cannot set WRITEABLE flag"),
+                          (_WritesAndRestores(), "cannot set WRITEABLE flag"),
+                          (_StridesAndWrites(), "read-only"),
+                          (_WritesByPointer(), "verify modified its input draft_probs in place"),
                           (_WritesWithoutAsking(), "read-only")):
-        cert = certify(decoder, CertConfig(tv=0.2, seed=1), fixtures=["seed-six-token"], checks=["contract"])
-        assert not cert.passed and said in cert.summary(), cert.summary()
-        assert np.array_equal(fixture.draft, before)
+        cert = certify(decoder, CertConfig(tv=0.2, seed=1), fixtures=["seed-six-token"],
+                       checks=["contract", "pit-id"])
+        contract_row = cert.frame[cert.frame["check"] == "contract"]
+        assert (contract_row["verdict"] == "fail").all() and said in cert.summary(), cert.summary()
+        assert np.array_equal(fixture.target, before[0]) and np.array_equal(fixture.draft, before[1])

@@ -1,9 +1,9 @@
 """Runs a decoder on a fixture, chunk by chunk, and keeps what the checks need.
 
 The harness draws the draft tokens itself (so the contract certifies the verification
-rule), hands the decoder writable copies, and turns whatever goes wrong (an exception,
-a contract violation, a mutated input) into an error string the checks report: it
-never lets a decoder's traceback escape.
+rule), hands the decoder writable copies (or views it cannot make writable), and turns
+whatever goes wrong (an exception, a contract violation, a mutated input) into an error
+string the checks report: it never lets a decoder's traceback escape.
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def verify_rows(decoder: Decoder, fixture: PairFixture, rows: int, step: int, rn
     batch_rng, draft_rng, decoder_rng, pit_rng = rngs
     tables = _ContextFreeTables(fixture) if fixture.context_free else None
     views = fixture.context_free and takes_broadcast_inputs(decoder)
-    kept = (fixture.target.copy(), fixture.draft.copy()) if views else None  # what a view must still show
+    frozen = (frozen_copy(fixture.target), frozen_copy(fixture.draft)) if views else None  # what the views show
     parts: dict[str, list[np.ndarray]] = {k: [] for k in ("lengths", "tokens", "pit_id", "pit_ratio", "alpha")}
     mismatches, example, error = 0, "", None
     done, calls = 0, first_call - 1
@@ -157,7 +157,11 @@ def verify_rows(decoder: Decoder, fixture: PairFixture, rows: int, step: int, rn
         m = min(step, rows - done)
         target, draft = fixture.batch(m, batch_rng)
         draft_tokens = tables.draft_tokens(m, draft_rng) if tables else sample_rows(draft, draft_rng)
-        inputs = ((target, draft) if views else (np.array(target), np.array(draft))) + (draft_tokens.copy(),)
+        if frozen is not None:  # the law broadcast from memory NumPy will not make writable
+            inputs = (np.broadcast_to(frozen[0], target.shape), np.broadcast_to(frozen[1], draft.shape),
+                      draft_tokens.copy())
+        else:
+            inputs = (np.array(target), np.array(draft), draft_tokens.copy())
         calls += 1
         try:
             emitted = call_with_deadline(decoder.verify, (*inputs, decoder_rng), timeout,
@@ -176,7 +180,7 @@ def verify_rows(decoder: Decoder, fixture: PairFixture, rows: int, step: int, rn
             break
         for label, before, after in zip(("target_probs", "draft_probs", "draft_tokens"),
                                         (target, draft, draft_tokens), inputs):
-            if after is not before and (before.shape != after.shape or not (before == after).all()):
+            if after.flags.writeable and (before.shape != after.shape or not (before == after).all()):
                 error = f"verify modified its input {label} in place"  # (np.array_equal, less overhead)
         if error:
             break
@@ -201,20 +205,28 @@ def verify_rows(decoder: Decoder, fixture: PairFixture, rows: int, step: int, rn
                 ratio = np.where(draft > 0, target[:, :g] / draft, np.inf)
             parts["pit_ratio"].append(_pit_by_position(emitted[:, :g], target[:, :g], ratio, pit_rng))
         done += m
-    if kept is not None:  # a view made writable and written: the fixture restored, the run failed
-        for label, before, now in (("target_probs", kept[0], fixture.target), ("draft_probs", kept[1], fixture.draft)):
-            if not np.array_equal(before, now):
-                now[...] = before
-                error = error or f"verify modified its input {label} in place"
+    if frozen is not None:  # written by a route NumPy does not guard (ctypes): the run fails
+        for label, seen, law in (("target_probs", frozen[0], fixture.target), ("draft_probs", frozen[1], fixture.draft)):
+            if not np.array_equal(seen, law):
+                error = error or f"verify modified its input {label} in place (its read-only memory, by a raw pointer)"
     n = sum(len(x) for x in parts["lengths"])
     arrays = {k: (np.concatenate(v) if v else np.full((n,) + _shape(k, g), np.nan)) for k, v in parts.items()}
     return RowsPart(arrays, mismatches, example, error)
 
 
+def frozen_copy(law: np.ndarray) -> np.ndarray:
+    """A copy of ``law`` in immutable memory (an array over a ``bytes`` object): NumPy refuses
+    ``setflags(write=True)`` on it and on every view of it, ``as_strided(writeable=True)`` gives a
+    read-only array, and a buffer or memoryview of it is read-only. The checks read the fixture's
+    own arrays, never this copy, so whatever a decoder does to it no check reads a modified law."""
+    return np.frombuffer(np.ascontiguousarray(law, dtype=np.float64).tobytes(), dtype=np.float64).reshape(law.shape)
+
+
 def takes_broadcast_inputs(decoder: Decoder) -> bool:
     """Whether ``decoder`` declares ``accepts_broadcast_inputs``: a context-free fixture's
-    inputs then reach it as they are, read-only views broadcast along the batch (one law, no
-    copy of it per row); every other decoder gets writable copies, compared after each call."""
+    inputs then reach it as read-only views broadcast along the batch from a :func:`frozen_copy`
+    of the law (one law, no copy of it per row; a write raises inside verify, which fails
+    ``contract``); every other decoder gets writable copies, compared after each call."""
     return bool(getattr(decoder, "accepts_broadcast_inputs", False))
 
 
