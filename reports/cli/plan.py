@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from specgauge.csvio import CsvTarget, resolve_csv_target, write_csv_atomic
+from specgauge import validate
 from specgauge.errors import UsageError
 from specgauge.reports.planning.decisions import decide, recommendation, summary_table
 from specgauge.reports.planning.measured_rates import AcceptanceSpec, parse_acceptance
@@ -68,6 +69,18 @@ def build_parser() -> argparse.ArgumentParser:
                        "whose run is stable and meets every --slo bound, found by bisection (not a --qps grid), then "
                        "the replicas × GPUs each needs, cheapest first, with and without speculation (γ 0 is added); "
                        "batch cap 256 and 1000 requests unless given")
+    group.add_argument("--gpus-per-node", type=validate.Integer(minimum=1, noun="GPUs a node: an integer"),
+                       default=None, metavar="N",
+                       help="with --rate: round the GPUs up to whole nodes of N (default: 8 for the shipped "
+                       "datacenter parts, 1 for any other GPU); the comparison with and without speculation is made "
+                       "on the rounded counts")
+    group.add_argument("--headroom", type=validate.Real(low=0.0, high=10.0, noun="a fraction of the rate"),
+                       default=None, metavar="FRACTION",
+                       help="with --rate: size for the rate x (1 + FRACTION), the margin for failures and for peaks "
+                       "above the average rate (default 0)")
+    group.add_argument("--spare-replicas", type=validate.Integer(minimum=0, noun="spare replicas: an integer"),
+                       default=None, metavar="K", help="with --rate: K replicas beyond those the rate needs (N+K; "
+                       "default 0)")
     group.add_argument("--plot", action=argparse.BooleanOptionalAction, default=None,
                        help="write the PNG figures beside the CSV (default: on for the default scenario when "
                        "matplotlib is installed, else off)")
@@ -165,14 +178,15 @@ def _validate(configs: list[Any]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    if args.rate is not None:
-        _rate_defaults(args)
+    _rate_defaults(args)
     scenario_given, filled = apply_plan_defaults(args)
     if args.plot is None:
         args.plot = not scenario_given and importlib.util.find_spec("matplotlib") is not None
         if not scenario_given and not args.plot:
             say("specgauge plan: matplotlib is not installed, so no figures: pip install 'specgauge[plot]'")
     slo = parse_slo(args.slo)
+    if args.rate is not None:
+        _lengthen_short_runs(args, slo)
     _check_not_empty(args)
     acceptance = _acceptance_override(args)
     options = options_from_args(args)
@@ -253,12 +267,20 @@ def main(argv: list[str] | None = None) -> int:
 # --------------------------------------------------------------------------- --rate: GPUs for a request rate
 
 #: what ``--rate`` changes in the default scenario: one batch cap (a serving engine's usual
-#: --max-num-seqs) and runs long enough for the queue's stability to show
-RATE_DEFAULTS = {"batch_size": "256", "requests": "1000"}
+#: --max-num-seqs), runs long enough for the queue's stability to show, and three seeds, so that
+#: the answer carries its run-to-run spread
+RATE_DEFAULTS = {"batch_size": "256", "requests": "1000", "seed": "0,1,2"}
+#: the options that only size a rate, refused without ``--rate``
+SIZING_OPTIONS = {"gpus_per_node": "--gpus-per-node", "headroom": "--headroom", "spare_replicas": "--spare-replicas"}
 
 
 def _rate_defaults(args: argparse.Namespace) -> None:
     """``--rate`` searches the request rate itself: a --qps grid is refused, γ 0 joins the sweep."""
+    if args.rate is None:
+        given = [flag for dest, flag in SIZING_OPTIONS.items() if getattr(args, dest) is not None]
+        if given:
+            raise PlanError(f"{given[0]} sizes the answer of --rate: add --rate REQ_PER_S or drop it")
+        return
     if not (args.rate > 0 and args.rate < float("inf")):
         raise PlanError(f"--rate must be a request rate > 0 (requests/s), got {args.rate:g}")
     if args.qps is not None:
@@ -272,17 +294,52 @@ def _rate_defaults(args: argparse.Namespace) -> None:
         args.gamma = "0," + str(args.gamma)  # the comparison without speculation
 
 
+def _lengthen_short_runs(args: argparse.Namespace, slo: Any) -> None:
+    """A run too short for the decision it feeds is lengthened, and the console says so: ``--requests``
+    below what the SLO's statistics and the stability test need (``capacity.min_requests``) is raised."""
+    from specgauge.reports.planning.capacity import min_requests
+
+    least, why = min_requests(slo)
+    try:
+        given = [validate.positive_int(part) for part in str(args.requests).split(",") if part.strip()]
+    except argparse.ArgumentTypeError:
+        return  # configs_from_args refuses it, naming the option
+    if given and min(given) < least:
+        raised = list(dict.fromkeys(max(n, least) for n in given))
+        args.requests = ",".join(map(str, raised))
+        say(f"specgauge plan: --requests {min(given)} is too short for a capacity: {why}; running "
+            f"{', '.join(f'{n:,}' for n in raised)} requests a run instead")
+
+
+def _world_columns(args: argparse.Namespace, configs: list[Any]) -> tuple[str, ...]:
+    """The swept options that describe the world rather than a choice (α, lengths, GPU, target):
+    ``--rate`` answers once for each of their values and never picks the most favourable one."""
+    from specgauge.reports.planning.capacity import WORLD_FIELDS
+
+    from .options import given_options
+
+    columns = [opt.field for opt in given_options(args) if opt.field in WORLD_FIELDS]
+    if args.acceptance is not None:
+        columns.append("acceptance")
+    return tuple(c for c in dict.fromkeys(columns) if len({str(cfg.columns()[c]) for cfg in configs}) > 1)
+
+
 def size_for_rate(args: argparse.Namespace, argv: list[str], configs: list[Any], target: CsvTarget, slo: Any,
                   acceptance: AcceptanceSpec | None, filled: list[str], options: Any) -> int:
-    """``plan --rate R``: the capacity of every configuration by bisection, then the sizing table."""
-    from specgauge.reports.planning.capacity import (CapacityQuery, add_capacity_intervals, capacity_row,
-                                                     sizing_lines, sizing_table)
+    """``plan --rate R``: the capacity of every configuration and seed by bisection, then the sizing
+    table (seeds merged) and the answer per value of the world's swept options, in whole nodes."""
+    from specgauge.reports.planning.capacity import (CapacityQuery, Sizing, add_capacity_intervals, capacity_row,
+                                                     merge_seeds, rate_notes, sizing_lines, sizing_table)
 
     if not slo:
         say("specgauge plan: no --slo given, so a configuration's capacity is the highest rate its queue keeps up "
             "with (stable), whatever its latency")
+    sizing = Sizing(args.rate, headroom=args.headroom or 0.0, spare=args.spare_replicas or 0,
+                    gpus_per_node=args.gpus_per_node)
+    world = _world_columns(args, configs)
     queries = [CapacityQuery(c, str(slo)) for c in configs]
     metadata = {"command": "plan", "arguments": argv, "scenario_defaults": filled, "rate": args.rate,
+                "headroom": sizing.headroom, "spare_replicas": sizing.spare, "gpus_per_node": args.gpus_per_node,
                 "acceptance_source": acceptance.source if acceptance else "simulator default", "slo": str(slo),
                 "configurations": len(configs)}
     started = time.perf_counter()
@@ -290,17 +347,47 @@ def size_for_rate(args: argparse.Namespace, argv: list[str], configs: list[Any],
                                   metadata=metadata, options=options, restart=args.restart,
                                   describe=CapacityQuery.describe)
     elapsed = time.perf_counter() - started
-    say(f"wrote {target.path}: the capacities of {len(frame)} configurations, by bisection, in {elapsed:.1f} s"
-        + (f" ({resumed} resumed from an interrupted run)" if resumed else ""))
     frame = add_capacity_intervals(frame, profiles=args.profiles, alpha_measured=acceptance is not None)
-    table = sizing_table(frame, args.rate)
+    write_csv_atomic(frame, target.path, metadata)   # the runs with their capacity intervals
+    merged = merge_seeds(frame)
+    seeds = frame["seed"].nunique()
+    say(f"wrote {target.path}: the capacities of {len(merged)} configurations"
+        + (f" × {seeds} seeds" if seeds > 1 else "") + f", by bisection, in {elapsed:.1f} s"
+        + (f" ({resumed} resumed from an interrupted run)" if resumed else ""))
+    table = sizing_table(merged, sizing, world)
     sizing_path = target.sibling("sizing")
     write_csv_atomic(table, sizing_path, {**metadata, "source_csv": target.path.name})
-    say(f"wrote {sizing_path}: {len(table)} configurations, cheapest first")
-    shown = table.drop(columns=[c for c in ("limit", "acceptance") if c in table])
-    say(f"\nGPUs for {args.rate:g} req/s meeting {slo or 'a stable queue'} (capacity: req/s a replica):")
-    say(shown.to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-"))
+    say(f"wrote {sizing_path}: {len(table)} configurations, cheapest first"
+        + (f" for each {', '.join(world)}" if world else ""))
+    rounded = ("" if sizing.headroom == 0 else f" with {sizing.headroom:.0%} headroom") + \
+        ("" if not sizing.spare else f", N+{sizing.spare}")
+    say(f"\nGPUs for {args.rate:g} req/s{rounded} meeting {slo or 'a stable queue'} (capacity: req/s a replica, "
+        "mean over the seeds; [90 % interval with the seeds' spread]; GPUs in whole nodes):")
+    say(shown_table(table, world).to_string(index=False, na_rep="-"))
     say()
-    for line in sizing_lines(table, args.rate):
+    for line in sizing_lines(table, sizing, world) + rate_notes(table, sizing):
         say(line)
     return 0
+
+
+def shown_table(table: Any, world: tuple[str, ...]) -> Any:
+    """The sizing table as the console shows it: one column per figure, intervals and spreads in brackets."""
+    import pandas as pd
+
+    def number(v: float, digits: str = ".4g") -> str:
+        return "-" if v != v else ("∞" if v == float("inf") else f"{v:{digits}}")
+
+    shown = table[list(world)].copy() if world else pd.DataFrame(index=table.index)
+    shown["speculation"] = table["speculation"]
+    shown["layout"] = table["layout"]
+    shown["batch_size"] = table["batch_size"]
+    shown["capacity_rps"] = [f"{number(c)} [{number(lo, '.3g')}, {number(hi, '.3g')}]"
+                             for c, lo, hi in zip(table["capacity_rps"], table["capacity_rps_lo"], table["capacity_rps_hi"])]
+    shown["seed_spread"] = [number(a) if a == b or a != a else f"{number(a)}-{number(b)}"
+                            for a, b in zip(table["capacity_rps_seed_min"], table["capacity_rps_seed_max"])]
+    shown["replicas"] = [number(v, ".0f") for v in table["replicas"]]
+    shown["gpus"] = [number(v, ".0f") for v in table["gpus"]]
+    shown["nodes"] = [f"{number(n, '.0f')} x {g}" for n, g in zip(table["nodes"], table["gpus_per_node"])]
+    shown["node_gpus"] = [f"{number(v, '.0f')} [{number(lo, '.0f')}, {number(hi, '.0f')}]"
+                          for v, lo, hi in zip(table["node_gpus"], table["node_gpus_lo"], table["node_gpus_hi"])]
+    return shown

@@ -1,16 +1,20 @@
-"""How many GPUs for a request rate: each configuration's capacity, found by search, and the replicas it needs.
+"""How many GPUs for a request rate: each configuration's capacity, found by search, and the nodes it needs.
 
-A configuration's capacity is the highest Poisson request rate at which its run is stable
-(``simulator.metrics.stability``: it serves what arrives and its queue does not grow) and
+A configuration's capacity is the highest Poisson request rate at which its run kept up
+(``judge``: it served at least 98 % of the offered rate and its wait did not grow) and
 meets every SLO bound. It is found by bisection on the rate, not read off a grid: the
 saturated run (the batch kept full) bounds it from above, the bracket is halved until its
 ends are within ``rel_tol`` of each other, and the lower end, a rate that was run and
-passed, is the answer. A target rate then needs ⌈rate ÷ capacity⌉ replicas of
-``tp × dp`` GPUs each; ``sizing_table`` puts the configurations cheapest first, with and
-without speculation.
+passed, is the answer.
 
-Feasibility is monotone in the rate for the same seed: the Poisson arrivals at every rate
-are the same draws scaled, so a faster rate is the same run compressed in time.
+Each seed is its own search (feasibility is monotone in the rate for one seed: the Poisson
+arrivals at every rate are the same draws scaled, so a faster rate is the same run
+compressed in time); ``merge_seeds`` makes one capacity of them, the mean, with the seeds'
+spread inside its interval. ``Sizing`` turns a target rate into replicas (the rate with its
+headroom over the capacity, at least one, plus spares) and whole nodes; ``sizing_table``
+puts the configurations cheapest first within each value of the world's swept options
+(``WORLD_FIELDS``: α, lengths, GPU, target), and ``sizing_lines`` answers with and without
+speculation, compared on the rounded counts.
 """
 
 from __future__ import annotations
@@ -19,9 +23,11 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from specgauge.simulator import SimulationConfig, simulate
+from specgauge.simulator.metrics import STABLE_SERVED_FRACTION
 
 from .slo import SLO, parse_slo
 
@@ -43,7 +49,8 @@ class CapacityQuery:
 
     def describe(self) -> str:
         c = self.config
-        return f"gamma={c.gamma} tp={c.tp} dp={c.dp} ep={c.ep} batch_size={c.batch_size} draft={c.draft} gpu={c.gpu}"
+        return (f"gamma={c.gamma} tp={c.tp} dp={c.dp} ep={c.ep} batch_size={c.batch_size} draft={c.draft} gpu={c.gpu} "
+                f"acceptance={c.acceptance.label()} seed={c.seed}")
 
 
 @dataclass(frozen=True)
@@ -56,10 +63,17 @@ class Probe:
 
 
 def judge(row: dict[str, Any], slo: SLO) -> tuple[bool, str]:
-    """A run passes when it is stable and meets every bound; else the first reason it does not."""
-    if not bool(row.get("stable", True)):
-        return False, (f"unstable (served {float(row['served_fraction']):.1%} of the offered rate, "
-                       f"queue growing {float(row['queue_growth']):.2g} s/s)")
+    """A run passes when it kept up and meets every bound; else the first reason it does not.
+
+    Kept up: it served at least 98 % of the offered rate (``served_fraction``) and its wait did
+    not grow by more than 0.02 s a second (``queue_growth``), read strictly here (the run's own
+    ``stable`` forgives a shortfall inside a short run's bursts), so that the ``stable`` of a
+    capacity's row means what it says."""
+    served, growth = float(row.get("served_fraction", math.nan)), float(row.get("queue_growth", math.nan))
+    short = math.isfinite(served) and served < STABLE_SERVED_FRACTION
+    growing = math.isfinite(growth) and growth > 1.0 - STABLE_SERVED_FRACTION
+    if short or growing or not bool(row.get("stable", True)):
+        return False, (f"unstable (served {served:.1%} of the offered rate, queue growing {growth:.2g} s/s)")
     frame = pd.DataFrame([row])
     for objective in slo.objectives:
         if not bool(SLO((objective,)).met(frame).iloc[0]):
@@ -136,13 +150,6 @@ def _canonical_gpu(config: SimulationConfig) -> str:
     return load_gpu(config.gpu, config.profiles).name
 
 
-def replicas_for(rate: float, capacity: float) -> float:
-    """⌈rate ÷ capacity⌉, NaN when the configuration meets the SLO at no rate."""
-    if not (capacity > 0 and math.isfinite(capacity)):
-        return float("nan")
-    return float(math.ceil(rate / capacity - 1e-9))
-
-
 def add_capacity_intervals(frame: pd.DataFrame, profiles: str | None = None, alpha_measured: bool = False
                            ) -> pd.DataFrame:
     """``capacity_rps_lo``/``_hi`` from the validation's interval of the run's request rate
@@ -164,6 +171,114 @@ def add_capacity_intervals(frame: pd.DataFrame, profiles: str | None = None, alp
     return out
 
 
+# --------------------------------------------------------------------------- run length, seeds, whole nodes
+
+#: requests a capacity run holds at least when no bound is a p99: the stability test reads the queue from
+#: the first decile (or once the engine has filled) to the end, so the count's drift shows above its bursts
+MIN_REQUESTS_STABLE = 200
+#: requests a capacity run holds at least under a p99 bound: 10 of them beyond the 99th percentile
+MIN_REQUESTS_P99 = 1000
+
+
+def min_requests(slo: SLO) -> tuple[int, str]:
+    """The fewest requests a run may hold for the decision ``slo`` asks of it, and why."""
+    if any(o.statistic == "p99" for o in slo.objectives):
+        return MIN_REQUESTS_P99, (f"a p99 bound needs {MIN_REQUESTS_P99:,} requests a run (10 beyond the 99th "
+                                  "percentile)")
+    return MIN_REQUESTS_STABLE, (f"a stable queue is observed over at least {MIN_REQUESTS_STABLE} requests a run "
+                                 "(a shorter run's bursts hide its drift)")
+
+
+#: GPUs a node for the shipped datacenter parts: HGX and OAM boards of 8, and 8-way PCIe servers for the
+#: L40S; ``--gpus-per-node``'s default for them (any other GPU counts single GPUs)
+NODE_GPUS = {"a100-80gb": 8, "h100-sxm": 8, "h200": 8, "h20": 8, "b200": 8, "mi300x": 8, "mi355x": 8, "l40s": 8}
+#: more GPUs than this for one answer is beyond the largest published deployments: a unit error, most likely
+MOST_GPUS = 100_000
+#: fewer requests a second than this (one an hour) is a unit error, most likely, or no load at all
+LEAST_RATE = 1.0 / 3600.0
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """How a request rate becomes whole nodes.
+
+    ``headroom``: the fraction of the rate kept free for failures and for peaks above the
+    average (the replicas serve ``rate × (1 + headroom)``); ``spare``: replicas added
+    beyond that (N+k); ``gpus_per_node``: the node the replicas are bought in (None: the
+    GPU's own, ``NODE_GPUS``, else 1).
+    """
+
+    rate: float
+    headroom: float = 0.0
+    spare: int = 0
+    gpus_per_node: int | None = None
+
+    @property
+    def sized_rate(self) -> float:
+        return self.rate * (1.0 + self.headroom)
+
+    def node_gpus(self, gpu: str) -> int:
+        return self.gpus_per_node or NODE_GPUS.get(str(gpu), 1)
+
+    def replicas(self, capacity: float) -> float:
+        """⌈rate × (1 + headroom) ÷ capacity⌉, at least one, plus the spares; NaN when no rate meets the SLO."""
+        if not (capacity > 0):
+            return float("nan")
+        if not math.isfinite(capacity):
+            return float(1 + self.spare)
+        return float(max(1, math.ceil(self.sized_rate / capacity - 1e-9)) + self.spare)
+
+    @staticmethod
+    def nodes(replicas: float, per_replica: int, node: int) -> float:
+        """Whole nodes for ``replicas`` of ``per_replica`` GPUs: as many replicas a node as fit, or a
+        replica spanning several nodes."""
+        if not math.isfinite(replicas):
+            return replicas
+        if per_replica <= node:
+            return float(math.ceil(replicas / (node // per_replica)))
+        return float(replicas * math.ceil(per_replica / node))
+
+
+def replicas_for(rate: float, capacity: float) -> float:
+    """⌈rate ÷ capacity⌉ (at least one replica), NaN when the configuration meets the SLO at no rate."""
+    return Sizing(rate).replicas(capacity)
+
+
+def configuration_columns(frame: pd.DataFrame) -> list[str]:
+    """The columns that name a configuration apart from its seed (and the rate the search found)."""
+    return [c for c in SimulationConfig().columns() if c in frame and c not in ("seed", "qps")]
+
+
+def merge_seeds(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration from its runs over several seeds: the mean capacity, the seeds'
+    lowest and highest (``capacity_rps_seed_min``/``_max``), and an interval that spans every
+    seed's own (``capacity_rps_lo``/``_hi``: the validation's band around each seed's capacity, or
+    the seeds' spread alone where there is no band). A seed that meets the SLO at no rate makes
+    the configuration's capacity NaN, and its ``capacity_limit`` says which."""
+    keys = configuration_columns(frame)
+    rows = []
+    for _, runs in frame.groupby(keys, dropna=False, sort=False):
+        caps = runs["capacity_rps"].to_numpy(float)
+        row = {k: runs.iloc[0][k] for k in keys}
+        row["gpus_per_replica"] = int(runs.iloc[0]["gpus_per_replica"])
+        row["seeds"] = ",".join(str(int(s)) for s in runs["seed"])
+        worst = runs.iloc[int(np.nanargmin(np.where(np.isfinite(caps), caps, -np.inf)))]
+        row["capacity_limit"] = (f"seed {int(worst['seed'])}: " if len(runs) > 1 else "") + str(worst["capacity_limit"])
+        if np.isfinite(caps).all():
+            lo = runs["capacity_rps_lo"].to_numpy(float) if "capacity_rps_lo" in runs else caps
+            hi = runs["capacity_rps_hi"].to_numpy(float) if "capacity_rps_hi" in runs else caps
+            row.update(capacity_rps=float(caps.mean()), capacity_rps_lo=float(np.nanmin(np.minimum(lo, caps))),
+                       capacity_rps_hi=float(np.nanmax(np.maximum(hi, caps))),
+                       capacity_rps_seed_min=float(caps.min()), capacity_rps_seed_max=float(caps.max()))
+        else:
+            row.update(capacity_rps=math.nan, capacity_rps_lo=math.nan, capacity_rps_hi=math.nan,
+                       capacity_rps_seed_min=math.nan, capacity_rps_seed_max=math.nan)
+        if "capacity_interval_note" in runs:
+            row["capacity_interval_note"] = runs.iloc[0]["capacity_interval_note"]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 LAYOUT_COLUMNS = ("gpu", "target", "tp", "dp", "ep", "draft", "gamma", "tree", "batch_size", "acceptance")
 
 
@@ -178,47 +293,173 @@ def layout(row: pd.Series) -> str:
     return text
 
 
-def sizing_table(frame: pd.DataFrame, rate: float) -> pd.DataFrame:
-    """Per configuration: speculation or not, capacity a replica, replicas and GPUs for ``rate``,
-    cheapest first (fewest GPUs, then the highest capacity); the intervals' ends where known."""
+def _counts(sizing: Sizing, capacity: float, per: int, node: int) -> tuple[float, float, float, float]:
+    """(replicas, GPUs they hold, whole nodes, the GPUs of those nodes) at one capacity."""
+    replicas = sizing.replicas(capacity)
+    nodes = Sizing.nodes(replicas, per, node)
+    return replicas, replicas * per, nodes, nodes * node
+
+
+def rounding_edge(sizing: Sizing, low: float, high: float, per: int, node: int) -> str:
+    """Words when the seeds' lowest and highest capacities give different counts: the answer sits
+    within run-to-run noise of a rounding edge; "" when they agree (or one seed ran)."""
+    if not (math.isfinite(low) and math.isfinite(high)) or low == high:
+        return ""
+    few, many = _counts(sizing, high, per, node), _counts(sizing, low, per, node)
+    if few[0] == many[0]:
+        return ""
+    exact = f"{sizing.sized_rate:.4g} ÷ {low:.4g}–{high:.4g} req/s = {sizing.sized_rate / high:.2f}–" \
+            f"{sizing.sized_rate / low:.2f} replicas"
+    nodes = f", {int(few[2])} or {int(many[2])} nodes" if node > 1 and few[2] != many[2] else ""
+    return (f"{exact} across the seeds: within run-to-run noise of a rounding edge ({int(few[0])} or "
+            f"{int(many[0])} replicas{nodes})")
+
+
+def sizing_table(frame: pd.DataFrame, sizing: Sizing | float, world: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Per configuration (seeds merged, ``merge_seeds``): its capacity a replica with its interval,
+    and the replicas, GPUs and whole nodes ``sizing`` asks for at the capacity and at each end of
+    its interval (``_lo``: the fewest, from ``capacity_rps_hi``; ``_hi``: the most). Sorted per
+    ``world`` value (the swept options that describe the world, not a choice: α, lengths), then
+    cheapest first: fewest GPUs in whole nodes, fewest GPUs, highest capacity."""
+    sizing = sizing if isinstance(sizing, Sizing) else Sizing(float(sizing))
+    if "seeds" not in frame:
+        frame = merge_seeds(frame.assign(seed=frame["seed"] if "seed" in frame else 0))
     rows = []
     for _, r in frame.iterrows():
-        cap = float(r["capacity_rps"])
-        per = int(r["gpus_per_replica"])
-        replicas = replicas_for(rate, cap)
-        out = {"speculation": f"{r['draft']} γ={int(r['gamma'])}" if int(r["gamma"]) > 0 else "none",
-               "layout": layout(r), "gpu": r["gpu"], "batch_size": int(r["batch_size"]),
-               "acceptance": r["acceptance"] if int(r["gamma"]) > 0 else "",
-               "capacity_rps": cap, "replicas": replicas, "gpus_per_replica": per,
-               "gpus": replicas * per if math.isfinite(replicas) else float("nan")}
-        if "capacity_rps_lo" in r and pd.notna(r.get("capacity_rps_lo")):
-            lo, hi = float(r["capacity_rps_lo"]), float(r["capacity_rps_hi"])
-            out.update(capacity_rps_lo=lo, capacity_rps_hi=hi,
-                       gpus_lo=replicas_for(rate, hi) * per, gpus_hi=replicas_for(rate, lo) * per)
+        cap, per, node = float(r["capacity_rps"]), int(r["gpus_per_replica"]), sizing.node_gpus(r["gpu"])
+        out = {column: r[column] for column in world}
+        out.update(speculation=f"{r['draft']} γ={int(r['gamma'])}" if int(r["gamma"]) > 0 else "none",
+                   layout=layout(r), gpu=r["gpu"], batch_size=int(r["batch_size"]),
+                   acceptance=r["acceptance"] if int(r["gamma"]) > 0 else "", seeds=r["seeds"])
+        out.update({column: r[column] for column in world})   # a γ 0 row belongs to its world's α too
+        lo, hi = float(r.get("capacity_rps_lo", cap)), float(r.get("capacity_rps_hi", cap))
+        smin, smax = float(r.get("capacity_rps_seed_min", cap)), float(r.get("capacity_rps_seed_max", cap))
+        out.update(capacity_rps=cap, capacity_rps_lo=lo, capacity_rps_hi=hi, capacity_rps_seed_min=smin,
+                   capacity_rps_seed_max=smax)
+        point, fewest, most = _counts(sizing, cap, per, node), _counts(sizing, hi, per, node), _counts(sizing, lo, per, node)
+        for i, name in enumerate(("replicas", "gpus", "nodes", "node_gpus")):
+            out[name], out[f"{name}_lo"], out[f"{name}_hi"] = point[i], fewest[i], most[i]
+            if name == "replicas":
+                out["gpus_per_replica"] = per
+            if name == "gpus":
+                out["gpus_per_node"] = node
+        out["seed_rounding_edge"] = rounding_edge(sizing, smin, smax, per, node)
         out["limit"] = r["capacity_limit"]
+        if "capacity_interval_note" in r:
+            out["interval_note"] = r["capacity_interval_note"]
         rows.append(out)
     table = pd.DataFrame(rows)
-    return table.sort_values(["gpus", "capacity_rps"], ascending=[True, False], na_position="last",
+    order = [*world, "node_gpus", "gpus", "capacity_rps"]
+    return table.sort_values(order, ascending=[True] * (len(order) - 1) + [False], na_position="last",
                              kind="stable").reset_index(drop=True)
 
 
-def sizing_lines(table: pd.DataFrame, rate: float) -> list[str]:
-    """The answer in words: the cheapest configuration with and without speculation."""
-    lines = []
-    for label, rows in (("with speculation", table[table["speculation"] != "none"]),
-                        ("without speculation", table[table["speculation"] == "none"])):
-        rows = rows[rows["gpus"].notna()]
-        if not len(rows):
-            if len(table[(table["speculation"] != "none") == (label == "with speculation")]):
-                lines.append(f"{rate:g} req/s {label}: no configuration meets the SLO with a stable queue.")
-            continue
-        best = rows.iloc[0]
-        span = ""
-        if "gpus_lo" in best and pd.notna(best.get("gpus_lo")):
-            span = (f" (validation interval: {best['capacity_rps_lo']:.3g}–{best['capacity_rps_hi']:.3g} req/s a "
-                    f"replica, {int(best['gpus_lo'])}–" + ("∞" if not math.isfinite(best["gpus_hi"]) else
-                                                           f"{int(best['gpus_hi'])}") + " GPUs)")
-        lines.append(f"{rate:g} req/s {label}: {int(best['gpus'])} × {best['gpu']} GPUs = {int(best['replicas'])} "
-                     f"replicas of {best['layout']} ({best['speculation']}, batch cap {best['batch_size']}), "
-                     f"{best['capacity_rps']:.4g} req/s a replica{span}.")
+def _world_label(values: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in values.items())
+
+
+def _gpus_text(row: pd.Series, suffix: str = "") -> str:
+    value = float(row[f"node_gpus{suffix}"])
+    return "∞" if not math.isfinite(value) else f"{int(value)}"
+
+
+def _n(count: float, noun: str) -> str:
+    """``1 node``, ``12,077 nodes``: a whole count with its noun."""
+    return f"{int(count):,} {noun}{'' if int(count) == 1 else 's'}"
+
+
+def _answer(row: pd.Series, sizing: Sizing, label: str, prefix: str) -> list[str]:
+    """The answer for one side (with or without speculation): the count, how it was rounded, its interval
+    and the seeds' spread."""
+    node, per = int(row["gpus_per_node"]), int(row["gpus_per_replica"])
+    whole = (f"{_n(row['nodes'], 'node')} of {node} × {row['gpu']} = {_n(row['node_gpus'], 'GPU')}"
+             if node > 1 else f"{int(row['node_gpus']):,} × {row['gpu']} GPUs")
+    seeds = row["seeds"].split(",")
+    spread = (f"seeds {row['seeds']}: {row['capacity_rps_seed_min']:.4g}–{row['capacity_rps_seed_max']:.4g}"
+              if len(seeds) > 1 else f"one seed ({seeds[0]}): run-to-run spread not measured, --seed 0,1,2 measures it")
+    lines = [f"{prefix}{sizing.rate:g} req/s {label}: {whole}, {_n(row['replicas'], 'replica')} of {row['layout']} "
+             f"({row['speculation']}, batch cap {row['batch_size']}); {row['capacity_rps']:.4g} req/s a replica "
+             f"[{row['capacity_rps_lo']:.3g}, {row['capacity_rps_hi']:.3g}] ({spread}), "
+             f"{_gpus_text(row, '_lo')}–{_gpus_text(row, '_hi')} GPUs across that interval."]
+    steps = f"{sizing.rate:g} req/s" + (f" × {1 + sizing.headroom:g} headroom = {sizing.sized_rate:.4g}"
+                                        if sizing.headroom else "")
+    ratio = sizing.sized_rate / float(row["capacity_rps"])
+    need = int(row["replicas"]) - sizing.spare
+    steps += f" ÷ {row['capacity_rps']:.4g} = {ratio:,.2f} → {_n(need, 'replica')}"
+    if ratio < 1:
+        steps += " (one replica serves more than the rate)"
+    if sizing.spare:
+        steps += f" + {sizing.spare} spare (N+{sizing.spare}) = {int(row['replicas']):,}"
+    steps += f" × {_n(per, 'GPU')} = {_n(row['gpus'], 'GPU')}"
+    if node > 1:
+        steps += (f", rounded up to whole {node}-GPU nodes: {_n(row['nodes'], 'node')}, {_n(row['node_gpus'], 'GPU')}"
+                  + (f" ({int(row['node_gpus'] - row['gpus']):,} idle)" if row["node_gpus"] > row["gpus"] else ""))
+    lines.append(f"  rounded: {steps}.")
+    if row["seed_rounding_edge"]:
+        lines.append(f"  note: {row['seed_rounding_edge']}.")
     return lines
+
+
+def sizing_lines(table: pd.DataFrame, sizing: Sizing | float, world: tuple[str, ...] = ()) -> list[str]:
+    """The answer in words, per value of the world's swept options: the cheapest configuration with and
+    without speculation in whole nodes, how each count was rounded, and the two compared on the rounded
+    counts."""
+    sizing = sizing if isinstance(sizing, Sizing) else Sizing(float(sizing))
+    lines: list[str] = []
+    groups = table.groupby(list(world), sort=False, dropna=False) if world else [((), table)]
+    for values, rows in groups:
+        values = values if isinstance(values, tuple) else (values,)
+        prefix = _world_label(dict(zip(world, values)))
+        prefix = f"{prefix}: " if prefix else ""
+        best = {}
+        for label, side in (("with speculation", rows[rows["speculation"] != "none"]),
+                            ("without speculation", rows[rows["speculation"] == "none"])):
+            if not len(side):
+                continue
+            feasible = side[side["node_gpus"].notna()]
+            if not len(feasible):
+                lines.append(f"{prefix}{sizing.rate:g} req/s {label}: no configuration meets the SLO with a stable "
+                             f"queue ({side.iloc[0]['limit']}).")
+                continue
+            best[label] = feasible.iloc[0]
+            lines += _answer(best[label], sizing, label, prefix)
+        if len(best) == 2:
+            lines.append(prefix + compare_rounded(best["with speculation"], best["without speculation"]))
+    return lines
+
+
+def compare_rounded(spec: pd.Series, base: pd.Series) -> str:
+    """Speculation against none on the counts a team buys: whole nodes (GPUs where a node is one GPU)."""
+    node = int(spec["gpus_per_node"])
+    unit = f"{node}-GPU nodes" if node > 1 and node == int(base["gpus_per_node"]) else "GPUs"
+    saved = float(base["node_gpus"] - spec["node_gpus"])
+    exact = float(base["gpus"] - spec["gpus"])
+    counts = f"{int(spec['node_gpus']):,} against {int(base['node_gpus']):,} GPUs"
+    if unit != "GPUs":
+        counts = f"{int(spec['nodes']):,} against {_n(base['nodes'], 'node')}, " + counts
+    if saved > 0:
+        return f"speculation saves {_n(saved, 'GPU')} in whole {unit} ({counts})."
+    if saved == 0:
+        return (f"speculation saves nothing once rounded to whole {unit} ({counts}); "
+                + (f"before rounding it saved {_n(exact, 'GPU')}." if exact > 0 else "nor before rounding."))
+    return f"speculation costs {_n(-saved, 'more GPU')} in whole {unit} ({counts})."
+
+
+def rate_notes(table: pd.DataFrame, sizing: Sizing) -> list[str]:
+    """One-line notes on a rate no deployment is sized for: below one request an hour, or an answer
+    beyond the largest deployments (a unit slip, most likely)."""
+    notes = []
+    if sizing.rate < LEAST_RATE:
+        notes.append(f"note: --rate {sizing.rate:g} req/s is fewer than one request an hour; one replica of any "
+                     "configuration serves it (--rate is in requests a second)")
+    most = pd.to_numeric(table.get("node_gpus"), errors="coerce").replace(math.inf, np.nan).max()
+    if np.isfinite(most) and most > MOST_GPUS:
+        notes.append(f"note: {int(most):,} GPUs is more than the largest deployments hold (about {MOST_GPUS:,}); "
+                     "--rate is in requests a second, for the whole fleet")
+    return notes
+
+
+#: the configuration fields that describe the world the deployment serves rather than a choice its team makes:
+#: swept, each value gets its own answer (a GPU count for α 0.6 and one for α 0.8), never the most favourable
+WORLD_FIELDS = ("gpu", "target", "acceptance", "tree_acceptance", "empty_proposals", "draft_cost_ratio", "arrival",
+                "arrival_cv", "requests", "prompt_len", "output_len", "length_dist", "trace")
