@@ -1,5 +1,6 @@
-"""The planner's intervals (``reports.planning.intervals``): split conformal per group, widened and
-never borrowed where a group is small, α's spread on speculative figures only."""
+"""The planner's intervals (``reports.planning.intervals``): split conformal per pool (a ratio's never
+from absolute figures' residuals), widened and never borrowed where a pool is small, α's spread on
+speculative figures only, and every end inside what the deployment can do."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ from scipy.stats import binomtest
 from specgauge.reports.planning import intervals as I
 
 
-def _residuals(values, kind="dense", profile="prior", load="1", source=None) -> pd.DataFrame:
+def _residuals(values, figure="ratio", kind="dense", profile="prior", load="1", source=None,
+               alpha_from="run") -> pd.DataFrame:
     n = len(values)
-    return pd.DataFrame({"source": source or [f"[s{i}]" for i in range(n)], "kind": kind, "profile": profile,
-                         "load": load, "residual": values, "draft_kind": "eagle", "alpha": np.nan})
+    return pd.DataFrame({"source": source or [f"[s{i}]" for i in range(n)], "figure": figure, "kind": kind,
+                         "profile": profile, "load": load, "residual": values, "draft_kind": "eagle",
+                         "alpha": np.nan, "alpha_from": alpha_from})
 
 
 def test_the_quantile_is_the_conformal_rank_and_infinite_below_it():
@@ -26,15 +29,47 @@ def test_the_quantile_is_the_conformal_rank_and_infinite_below_it():
     assert math.isfinite(I.conformal_q(r[:9], 0.9)) and I.conformal_q(r[:8], 0.9) == math.inf
 
 
-def test_a_small_group_widens_to_its_parent_and_never_below_its_own_residuals():
+def test_a_small_pool_widens_to_its_parent_and_never_below_its_own_residuals():
     big = _residuals(list(np.linspace(0.01, 0.1, 20)), load="over 16")
     small = _residuals([0.5, 0.02], load="1", source=["[a]", "[b]"])
-    band = I.band(I.Group("dense", "prior", "1"), 0.9, pd.concat([big, small], ignore_index=True))
-    assert band.group_used == I.Group("dense", "prior", None)
-    assert band.q == pytest.approx(0.5)              # the group's own 0.5, not the tighter parent's
+    band = I.band(I.Group("ratio", "prior", "dense", "1"), 0.9, pd.concat([big, small], ignore_index=True))
+    assert band.group_used == I.Group("ratio", "prior", "dense", None)
+    assert band.q == pytest.approx(0.5)              # the pool's own 0.5, not the tighter parent's
     assert "only 2 validation rows" in band.reason
-    alone = I.band(I.Group("moe", "prior", "1"), 0.9, small)   # nothing anywhere is enough: unbounded, said
+    alone = I.band(I.Group("ratio", "prior", "moe", "1"), 0.9, small)   # nothing anywhere is enough: unbounded, said
     assert alone.q == math.inf and "the 9 a 90% interval needs: unbounded" in alone.reason
+
+
+def test_a_ratio_never_takes_an_absolute_figures_residuals():
+    """Speed-ups with too few residuals of their own stay unbounded rather than borrow the absolute
+    figures' pool; the absolute pool is what it is without the speed-ups."""
+    absolute = _residuals(list(np.linspace(0.5, 1.0, 30)), figure="absolute")
+    speedups = _residuals([0.05, 0.1], figure="ratio")
+    both = pd.concat([absolute, speedups], ignore_index=True)
+    assert I.band(I.Group("ratio", "prior", "dense", "1"), 0.9, both).q == math.inf
+    assert I.band(I.Group("absolute", "prior", "dense", "1"), 0.9, both).q == pytest.approx(
+        I.conformal_q(absolute["residual"].to_numpy()))
+    wide_ratio = pd.concat([both, _residuals(list(np.linspace(0.01, 0.2, 20)), figure="ratio")], ignore_index=True)
+    q = I.band(I.Group("ratio", "prior", "dense", "1"), 0.9, wide_ratio).q
+    assert q < 0.5                                   # from the speed-ups alone
+
+
+def test_a_pool_steps_down_to_less_knowledge_never_up():
+    """Own runs and a speculative run with too few residuals take the calibrated pool, then the prior's."""
+    assert I.Group("ratio", "runs", None, None).parent() == I.Group("ratio", "calibrated", None, None)
+    assert I.Group("ratio", "calibrated", None, None).parent() == I.Group("ratio", "prior", None, None)
+    assert I.Group("ratio", "prior", None, None).parent() == I.Group("ratio", None, None, None)
+    assert I.Group("ratio", None, None, None).parent() is None
+    assert (I.profile_of(False, True), I.profile_of(True, False), I.profile_of(True, True)) == (
+        "prior", "calibrated", "runs")
+
+
+def test_a_residual_whose_alpha_came_from_another_source_is_in_no_pool():
+    clean = _residuals(list(np.linspace(0.01, 0.1, 20)))
+    borrowed = _residuals([2.0] * 5, alpha_from="other")
+    both = pd.concat([clean, borrowed], ignore_index=True)
+    assert I.band(I.Group("ratio", "prior", "dense", "1"), 0.9, both).q == pytest.approx(
+        I.band(I.Group("ratio", "prior", "dense", "1"), 0.9, clean).q)
 
 
 def _coverage(rng, method_level: float, n_sources=40, rows=3, trials=200) -> tuple[int, int]:
@@ -45,7 +80,7 @@ def _coverage(rng, method_level: float, n_sources=40, rows=3, trials=200) -> tup
         values = (offsets[:, None] + rng.normal(0, 0.05, (n_sources, rows))).ravel()
         frame = _residuals(list(values), source=[f"[{i}]" for i in range(n_sources) for _ in range(rows)])
         rest, held = frame[frame["source"] != "[0]"], frame[frame["source"] == "[0]"]
-        q = I.band(I.Group("dense", "prior", "1"), method_level, rest).q
+        q = I.band(I.Group("ratio", "prior", "dense", "1"), method_level, rest).q
         hits += int((held["residual"].abs() <= q).sum())
         total += len(held)
     return hits, total
@@ -59,23 +94,62 @@ def test_held_out_coverage_meets_the_nominal_level_and_a_too_narrow_band_fails()
     assert binomtest(hits, n, 0.9, alternative="less").pvalue < 1e-3
 
 
-def test_alpha_moves_speculative_figures_only_and_in_the_right_direction():
-    frame = pd.DataFrame({"target": ["qwen3-32b", "qwen3-32b"], "gamma": [3, 0], "alpha": [0.8, 0.8],
-                          "draft_kind": ["model", "none"], "batch_size": [8, 8], "mean_batch_size": [8.0, 8.0],
-                          "step_model_source": ["datasheet prior", "datasheet prior"],
+def _plan_rows(**extra) -> pd.DataFrame:
+    frame = pd.DataFrame({"target": ["qwen3-32b", "qwen3-32b"], "gpu": ["h200", "h200"], "tp": [1, 1], "dp": [1, 1],
+                          "gamma": [3, 0], "alpha": [0.8, 0.8], "draft_kind": ["model", "none"], "batch_size": [8, 8],
+                          "mean_batch_size": [8.0, 8.0], "step_model_source": ["datasheet prior", "datasheet prior"],
                           "speedup_vs_no_spec": [1.5, 1.0], "mean_tpot_ms": [20.0, 30.0],
                           "no_spec_mean_tpot_ms": [30.0, 30.0]})
+    return frame.assign(**extra)
+
+
+def test_alpha_moves_speculative_figures_only_and_in_the_right_direction():
+    frame = _plan_rows()
     wide = I.add_intervals(frame)
     narrow = I.add_intervals(frame, alpha_measured=True)
-    assert (wide["speedup_vs_no_spec_lo"] <= narrow["speedup_vs_no_spec_lo"]).all()
+    # a measured α on the prior: the same pools, without α's term
     assert wide.loc[0, "speedup_vs_no_spec_hi"] > narrow.loc[0, "speedup_vs_no_spec_hi"]
-    assert wide.loc[1, "speedup_vs_no_spec_hi"] == pytest.approx(narrow.loc[1, "speedup_vs_no_spec_hi"])  # γ = 0
     assert wide.loc[0, "no_spec_mean_tpot_ms_hi"] == pytest.approx(narrow.loc[0, "no_spec_mean_tpot_ms_hi"])
     for metric in ("speedup_vs_no_spec", "mean_tpot_ms"):
         assert (wide[f"{metric}_lo"] <= wide[metric]).all() and (wide[metric] <= wide[f"{metric}_hi"]).all()
     spread = I.add_intervals(frame, alpha_measured=True, alpha_spread=(0.78, 0.82))
-    assert narrow.loc[0, "speedup_vs_no_spec_hi"] < spread.loc[0, "speedup_vs_no_spec_hi"] < wide.loc[0, "speedup_vs_no_spec_hi"]
+    assert narrow.loc[0, "speedup_vs_no_spec_hi"] <= spread.loc[0, "speedup_vs_no_spec_hi"] <= wide.loc[0, "speedup_vs_no_spec_hi"]
     assert "α a placeholder" in wide.loc[0, "interval_note"] and "α given" in narrow.loc[0, "interval_note"]
+
+
+def test_a_speedup_interval_stays_under_gamma_plus_one_and_gamma_0_has_none():
+    """Known-bad first: the band alone would put the upper end past γ + 1 (the old planner printed
+    7.83 at γ 5); the bounds cap it, and γ 0's speed-up of 1 by construction gets lo = hi = 1."""
+    frame = _plan_rows(speedup_vs_no_spec=[3.5, 1.0])
+    wide = pd.concat([_residuals([1.5] * 20, figure=f, profile=p) for f in ("ratio", "absolute")
+                      for p in ("prior",)], ignore_index=True).assign(load="2-16")
+    out = I.add_intervals(frame, residuals=wide)
+    assert 3.5 * math.exp(1.5) > 4.0                                     # the band alone would pass γ + 1
+    assert out.loc[0, "speedup_vs_no_spec_hi"] == pytest.approx(4.0)
+    assert out.loc[1, "speedup_vs_no_spec_lo"] == out.loc[1, "speedup_vs_no_spec_hi"] == 1.0
+    assert "1 by construction" in out.loc[1, "interval_note"]
+
+
+def test_a_tpot_interval_stays_above_the_weights_read_time_at_peak_bandwidth():
+    from specgauge.simulator.profiles import load_gpu, load_model
+
+    model, gpu = load_model("qwen3-32b"), load_gpu("h200")
+    floor_ms = model.linear_params * model.dtype_bytes / (gpu.bandwidth_tb_s * 1e12) * 1e3
+    frame = _plan_rows(mean_tpot_ms=[floor_ms, floor_ms * 1.2], no_spec_mean_tpot_ms=[floor_ms * 1.2] * 2)
+    wide = pd.concat([_residuals([1.5] * 20, figure=f) for f in ("ratio", "absolute")], ignore_index=True)
+    out = I.add_intervals(frame, residuals=wide.assign(load="2-16"))
+    assert floor_ms * math.exp(-1.5) < floor_ms / 4                       # the band alone would pass the floor
+    assert out.loc[0, "mean_tpot_ms_lo"] == pytest.approx(floor_ms / 4)   # γ 3: a round emits at most 4 tokens
+    assert out.loc[1, "mean_tpot_ms_lo"] == pytest.approx(floor_ms)
+    assert out.loc[0, "no_spec_mean_tpot_ms_lo"] == pytest.approx(floor_ms)
+
+
+def test_at_batch_1_a_speedup_stays_under_what_the_drafts_cost_allows():
+    frame = _plan_rows(speedup_vs_no_spec=[2.5, 1.0], batch_size=[1, 1], mean_batch_size=[1.0, 1.0],
+                       draft_cost_ratio_b1=[0.2, np.nan])
+    wide = pd.concat([_residuals([1.5] * 20, figure=f) for f in ("ratio", "absolute")], ignore_index=True)
+    out = I.add_intervals(frame, residuals=wide)
+    assert out.loc[0, "speedup_vs_no_spec_hi"] == pytest.approx(4 / (1 + 3 * 0.2))
 
 
 def test_alpha_factors_are_the_tokens_a_pass_at_the_range_ends():
@@ -91,10 +165,20 @@ def test_every_shipped_draft_kind_has_a_published_alpha_range():
         assert 0 < low < high < 1, why
 
 
-def test_a_row_group_reads_the_target_profile_and_the_load():
+def test_a_row_group_reads_the_target_profile_the_load_and_what_was_given():
     row = pd.Series({"target": "deepseek-v3", "step_model_source": "datasheet prior", "mean_batch_size": 40.0,
                      "batch_size": 64})
-    assert I.row_group(row) == I.Group("moe", "prior", "over 16")
+    assert I.row_group(row, "ratio") == I.Group("ratio", "prior", "moe", "over 16")
+    assert I.row_group(row, "ratio", alpha_measured=True) == I.Group("ratio", "prior", "moe", "over 16")
     row = pd.Series({"target": "llama-3.1-8b", "step_model_source": "SpecDecode-Bench fit", "batch_size": 1})
-    assert I.row_group(row) == I.Group("dense", "calibrated", "1")
+    assert I.row_group(row) == I.Group("absolute", "calibrated", "dense", "1")
+    assert I.row_group(row, alpha_measured=True) == I.Group("absolute", "runs", "dense", "1")
     assert I.format_interval(1.4567, 1.2, math.inf) == "1.46 [1.2, inf]"
+
+
+def test_the_shipped_pools_keep_figures_and_paths_apart():
+    residuals = I.shipped_residuals()
+    assert set(residuals["figure"]) == {"ratio", "absolute"}
+    assert set(residuals["profile"]) <= set(I.PROFILES) and set(residuals["path"]) == {"loso", "user runs"}
+    ratio = residuals[residuals["figure"] == "ratio"]
+    assert set(ratio["measured"]) <= {"speedup", "decode_speedup", "throughput_ratio"}

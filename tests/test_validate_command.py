@@ -47,8 +47,8 @@ def test_the_shipped_rows_run_as_their_sources_sent_requests():
 
 
 def test_the_coverage_is_printed_for_every_interval_group_with_its_load_bands():
-    """The intervals are computed per kind, profile and load band: each band's coverage and
-    median half-width is printed under its kind and profile."""
+    """The intervals are computed per figure, kind, profile and load band: each band's coverage and
+    median half-width is printed under its figure, kind and profile."""
     import math
 
     import pandas as pd
@@ -62,7 +62,7 @@ def test_the_coverage_is_printed_for_every_interval_group_with_its_load_bands():
     lines = coverage_lines(rows, 0.9)
     assert "3 of 4 predicted rows covered" in lines[0]
     body = [line.split() for line in lines[2:]]
-    assert body[0][:4] == ["moe,", "prior", "profile", "4"]
+    assert body[0][:5] == ["absolute,", "moe,", "prior", "profile", "4"]
     assert body[1] == ["batch", "1", "1", "1", "100%", "±100%"]
     assert body[2] == ["batch", "2-16", "2", "2", "50%", "±30%"]
     assert body[3] == ["batch", "over", "16", "1", "1", "100%", "unbounded"]

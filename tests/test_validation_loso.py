@@ -70,15 +70,16 @@ def test_every_shipped_row_cites_a_listed_source_and_is_well_formed():
 
 
 def test_the_shipped_residuals_are_the_held_out_predictions():
-    """The intervals' table holds predicted rows only, each with its log-ratio."""
+    """The intervals' table holds predicted rows only (the prior path's and the user-runs points), each
+    with its log-ratio."""
     from specgauge.reports.planning.intervals import shipped_residuals
 
     residuals = shipped_residuals()
-    assert set(residuals["kind"]) == {"dense", "moe"} and set(residuals["profile"]) <= {"prior", "calibrated"}
+    assert set(residuals["kind"]) == {"dense", "moe"} and set(residuals["profile"]) <= {"prior", "calibrated", "runs"}
     assert residuals["residual"].to_numpy() == pytest.approx(
         (residuals["published"] / residuals["simulated"]).map(math.log).to_numpy(), abs=1e-5)
     ids = set(V.shipped_table()["id"])
-    assert set(residuals["id"]) <= ids
+    assert {i.split(":")[0] for i in residuals["id"]} <= ids
 
 
 @pytest.mark.slow
@@ -87,8 +88,10 @@ def test_the_shipped_residuals_match_a_fresh_leave_one_source_out_run(tmp_path):
     today (regenerate it after changing a constant or a row)."""
     from specgauge.reports.planning.intervals import shipped_residuals
 
-    folds, _ = V.loso(V.shipped_table(), workdir=str(tmp_path))
-    fresh = V.residuals(folds).reset_index(drop=True)
+    table = V.shipped_table()
+    estimates = V.fold_estimates(table, str(tmp_path))
+    folds, _ = V.loso(table, workdir=str(tmp_path), estimates=estimates)
+    fresh = V.residuals(folds, table, V.user_runs(table, str(tmp_path), estimates)).reset_index(drop=True)
     shipped = shipped_residuals()
     assert list(fresh["id"]) == list(shipped["id"])
     assert fresh["residual"].to_numpy() == pytest.approx(shipped["residual"].to_numpy(), abs=1e-3)

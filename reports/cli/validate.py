@@ -58,26 +58,22 @@ def _check_level(level: float) -> float:
     return level
 
 
-def held_out_intervals(folds: pd.DataFrame, residual_rows: pd.DataFrame, level: float) -> pd.DataFrame:
-    """Each held-out row with the interval computed from the other sources' residuals alone."""
-    from specgauge.reports.planning.intervals import Group, band, load_band
+def held_out_intervals(folds: pd.DataFrame, residual_rows: pd.DataFrame, level: float,
+                       table: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Each held-out row with the interval computed from the other sources' residuals alone, in
+    its pool (figure, profile, kind, load band), and where its α came from."""
+    from specgauge.reports.planning import validation as V
+    from specgauge.reports.planning.intervals import figure_of
 
-    out = folds.copy()
-    q = []
-    for _, row in out.iterrows():
-        rest = residual_rows[residual_rows["source"] != row["source"]]
-        q.append(band(Group(row["kind"], row["profile"], load_band(row["load"])), level, rest).q)
-    out["q"] = q
-    sim = out["simulated"].astype(float)
-    out["interval_lo"] = sim * np.exp(-out["q"])
-    out["interval_hi"] = sim * np.exp(out["q"])
-    published = out["published"].astype(float)
-    out["covered"] = (published >= out["interval_lo"]) & (published <= out["interval_hi"])
-    return out
+    table = V.shipped_table() if table is None else table
+    rows = folds.assign(figure=[figure_of(m) for m in folds["measured"]],
+                        alpha_from=[V.alpha_from(r, table) for _, r in folds.iterrows()])
+    return V.with_held_out_intervals(rows, residual_rows, level)
 
 
 def coverage_lines(rows: pd.DataFrame, level: float) -> list[str]:
-    """Coverage overall and per group (with the median half-width), on predicted rows."""
+    """Coverage overall and per pool (with the median half-width), on predicted rows."""
+    from specgauge.reports.planning.intervals import LOAD_BANDS, load_band
     from specgauge.reports.planning.validation import binomial_interval
 
     predicted = rows[rows["role"] == "predicted"]
@@ -85,8 +81,7 @@ def coverage_lines(rows: pd.DataFrame, level: float) -> list[str]:
     low, high = binomial_interval(hits, n)
     lines = [f"{level:.0%} intervals, each source held out: {hits} of {n} predicted rows covered ({hits / n:.0%}; "
              f"95 % CI {low:.0%}-{high:.0%})"]
-    lines.append("  group                               rows  sources  covered  median half-width")
-    from specgauge.reports.planning.intervals import LOAD_BANDS, load_band
+    lines.append("  pool                                rows  sources  covered  median half-width")
 
     def line(label: str, group: pd.DataFrame) -> str:
         width = np.expm1(group["q"].replace(np.inf, np.nan)).median()
@@ -94,18 +89,44 @@ def coverage_lines(rows: pd.DataFrame, level: float) -> list[str]:
                 + ("unbounded" if not np.isfinite(width) else f"±{width:.0%}"))
 
     bands = predicted["load"].map(load_band)
-    for (kind, profile), group in predicted.groupby(["kind", "profile"], sort=True):
-        lines.append(line(f"{kind}, {profile} profile", group))
-        for name, _ in LOAD_BANDS:   # the intervals' own groups, each with its load band
+    figures = predicted["figure"] if "figure" in predicted else pd.Series("absolute", index=predicted.index)
+    names = {"ratio": "speed-ups", "absolute": "absolute"}
+    for (figure, kind, profile), group in predicted.assign(figure=figures).groupby(["figure", "kind", "profile"],
+                                                                                    sort=True):
+        lines.append(line(f"{names.get(figure, figure)}, {kind}, {profile} profile", group))
+        for name, _ in LOAD_BANDS:   # the intervals' own pools, each with its load band
             inside = group[bands.loc[group.index] == name]
             if len(inside):
                 lines.append(line(f"  batch {name}", inside))
     return lines
 
 
+def path_lines(prior: pd.DataFrame, runs: pd.DataFrame, level: float) -> list[str]:
+    """The two paths' figures: the prior path with a measured acceptance (each source held out)
+    and the user-runs protocol (its own residuals, each source held out)."""
+    from specgauge.reports.planning import validation as V
+
+    lines = []
+    p = V.path_summary(prior)
+    lines.append(f"prior path, measured acceptance, each source held out: {p['within']} of {p['n']} rows within "
+                 f"±15 % ({p['within'] / max(p['n'], 1):.0%}); {level * 100:.0f} % intervals cover {p['covered']} of {p['n']} "
+                 f"({p['covered'] / max(p['n'], 1):.0%}); median speed-up half-width ±{p['speedup_half_width']:.0%} "
+                 f"({p['speedups']} speed-ups); decisive {p['decisive']} of {p['clear']}")
+    points = runs[runs["point"] != "speedup"]
+    u = V.path_summary(points)
+    speedups = V.path_summary(runs[runs["point"] == "speedup"])
+    lines.append(f"user runs: {u['within']} of {u['n']} points within ±15 %; {level * 100:.0f} % intervals cover {u['covered']} "
+                 f"of {u['n']}; median half-width ±{u['half_width'] * 100:.0f} %; {u['curves']} curves from "
+                 f"{u['sources']} sources")
+    lines.append(f"decisive: {speedups['decisive']} of {speedups['clear']} (speed-ups published below 0.85 or above "
+                 f"1.15 whose {level * 100:.0f} % interval excludes 1.0)")
+    lines.append(f"  user runs' speed-ups: {speedups['within']} of {speedups['n']} within ±15 %; intervals cover "
+                 f"{speedups['covered']} of {speedups['n']}; median half-width ±{speedups['half_width'] * 100:.0f} %")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     from specgauge.reports.planning import validation as V
-    from specgauge.reports.planning.intervals import add_intervals  # noqa: F401 (the planner's use of the same bands)
 
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
@@ -121,14 +142,21 @@ def main(argv: list[str] | None = None) -> int:
     say(f"specgauge validate: {len(table)} published rows from {table['source'].nunique()} sources"
         + (f" and {len(user_rows)} of yours" if user_rows is not None else "") + "; predicting each source with "
         "itself left out ...")
-    folds, shipped = V.loso(table, user=user_rows)
-    residual_rows = V.residuals(folds[folds["variant"] != "user"])
-    rows = held_out_intervals(folds[folds["variant"] != "user"], residual_rows, level)
+    import tempfile
+
+    workdir = tempfile.mkdtemp(prefix="specgauge-validate-")
+    estimates = V.fold_estimates(table, workdir)
+    folds, shipped = V.loso(table, workdir=workdir, user=user_rows, estimates=estimates)
+    runs = V.user_runs(table, workdir, estimates)
+    published_folds = folds[folds["variant"] != "user"]
+    residual_rows = V.residuals(published_folds, table, runs)
+    rows = held_out_intervals(V.prior_path(published_folds), residual_rows, level, table)
+    runs = V.with_held_out_intervals(runs, residual_rows[residual_rows["path"] == "user runs"], level)
     if args.write_residuals:
         residual_rows.to_csv(args.write_residuals, index=False)   # package data: no sidecar
         say(f"wrote {args.write_residuals}")
     if not args.no_table:
-        main_rows = rows[rows["variant"] == "as published"].set_index("id")
+        main_rows = rows.set_index("id")
         view = shipped.set_index("id")
         display = pd.DataFrame({
             "setup": view["setup"], "source": view["source"], "published": view["published"].astype(float),
@@ -143,8 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         say()
     in_hit, in_n = V.share(shipped)
     out_hit, out_n = V.share(folds[folds["variant"] == "as published"])
-    prior_hit, prior_n = V.share(folds[folds["variant"].isin(["as published", "prior"])
-                                       & ~((folds["variant"] == "as published") & (folds["fit_group"] != ""))])
+    prior_hit, prior_n = V.share(V.prior_path(published_folds))
     say(f"in sample: {in_hit} of {in_n} predicted rows within ±15 % ({in_hit / in_n:.0%})")
     say(f"leave one source out: {out_hit} of {out_n} predicted rows within ±15 % ({out_hit / out_n:.0%}); on the "
         f"datasheet prior alone (no curve fitted on its own no-speculation points): {prior_hit} of {prior_n} "
@@ -153,13 +180,22 @@ def main(argv: list[str] | None = None) -> int:
     (rel_hit, rel_n), (abs_hit, abs_n) = by_figure["relative"], by_figure["absolute"]
     say(f"  of which speed-ups and throughput ratios {rel_hit} of {rel_n} ({rel_hit / max(rel_n, 1):.0%}); absolute "
         f"figures (TPOT, throughput, latency) {abs_hit} of {abs_n} ({abs_hit / max(abs_n, 1):.0%})")
-    for line in coverage_lines(rows, level):
+    predicted = rows[rows["role"] == "predicted"]
+    for line in coverage_lines(predicted, level):
         say(line)
+    measured = predicted[predicted["alpha_from"] != "other"]
+    for line in path_lines(measured, runs, level):
+        say(line)
+    borrowed = predicted[predicted["alpha_from"] == "other"]
+    if len(borrowed):
+        say(f"  ({len(borrowed)} held-out rows take α from another source's run and stay out of the prior path's "
+            f"figures and of every pool: {', '.join(borrowed['id'])})")
     if user_rows is not None:
-        from specgauge.reports.planning.intervals import Group, band, load_band
+        from specgauge.reports.planning.intervals import Group, band, figure_of, load_band
 
         mine = folds[folds["variant"] == "user"].copy()
-        q = [band(Group(r["kind"], r["profile"], load_band(r["load"])), level, residual_rows).q for _, r in mine.iterrows()]
+        q = [band(Group(figure_of(r["measured"]), r["profile"], r["kind"], load_band(r["load"])), level,
+                  residual_rows).q for _, r in mine.iterrows()]
         sim = mine["simulated"].astype(float)
         published = mine["published"].astype(float)
         inside = (published >= sim * np.exp(-np.array(q))) & (published <= sim * np.exp(np.array(q)))
@@ -171,9 +207,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"(ratio {float(r['ratio']):.3g}); interval {float(r['simulated']) * math.exp(-qq):.4g}-"
                 f"{float(r['simulated']) * math.exp(qq):.4g} {'covers it' if ok else 'misses it'}")
     if target is not None:
-        columns = ["id", "source", "variant", "setup", "measured", "published", "simulated", "ratio", "role", "kind",
-                   "profile", "load", "alpha_used", "calibration", "interval_lo", "interval_hi", "covered"]
-        write_csv_atomic(rows[columns], target.path, {"command": "validate", "arguments": argv, "level": level})
+        columns = ["id", "source", "path", "setup", "measured", "figure", "published", "simulated", "ratio", "kind",
+                   "profile", "load", "interval_lo", "interval_hi", "covered"]
+        both = pd.concat([rows.assign(path="prior path"), runs.assign(path="user runs")], ignore_index=True)
+        write_csv_atomic(both[columns], target.path, {"command": "validate", "arguments": argv, "level": level})
         say(f"wrote {target.path}")
     say(f"({time.perf_counter() - started:.0f} s)")
     return 0

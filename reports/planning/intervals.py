@@ -1,42 +1,56 @@
 """Prediction intervals for every figure the planner reports, from out-of-sample residuals.
 
-Each residual is r = log(published / simulated) of one validation row predicted with its
-whole source left out (``specgauge validate``; the shipped ``data/residuals.csv``). The
-interval of a new figure ŷ is split conformal (Vovk, Gammerman & Shafer 2005; Lei et al.,
-JASA 2018), Mondrian by group: with the n residuals of its group, q is the
-⌈(n + 1)·level⌉-th smallest |r| and the interval is [ŷ·e^−q, ŷ·e^q]. It covers a new
-figure with probability at least ``level`` when the new deployment's residual is
-exchangeable with the group's rows. Rows of one source share an engine, a workload and a
-measuring habit, so they are not independent; the check of that assumption is
-``validate``'s coverage with whole sources held out (``loso_coverage``).
+Each residual is r = log(published / simulated) of one validation row predicted out of sample
+(``specgauge validate``; the shipped ``data/residuals.csv``): a published row with its whole
+source left out, or a point of a published curve that the user-runs protocol predicted from
+a few of the curve's other runs, its source left out of every shipped constant. The interval
+of a new figure ŷ is split conformal (Vovk, Gammerman & Shafer 2005; Lei et al., JASA 2018),
+Mondrian by pool: with the n residuals of its pool, q is the ⌈(n + 1)·level⌉-th smallest |r|
+and the interval is [ŷ·e^−q, ŷ·e^q]. It covers a new figure with probability at least
+``level`` when the new deployment's residual is exchangeable with the pool's. Rows of one
+source share an engine, a workload and a measuring habit, so they are not independent; the
+check of that assumption is ``validate``'s coverage with whole sources held out.
 
-Groups are what the planner knows about a figure (``Group``): a dense or MoE target, a
-step model from the datasheet prior or from a fit (``specgauge calibrate``, a published
-fit), and a load band of the batch. A group with fewer rows than a finite quantile needs
-(9 at 90 %) does not take a tighter group's bound: it takes the wider of its parent
-group's (load band dropped, then profile, then kind) and its own largest residual, and
-says so in ``Band.reason``.
+Pools (``Group``) are what the planner knows about a figure:
 
-An acceptance α that nobody measured widens a speculative figure further: its ends move
-by the tokens a pass at the ends of the draft kind's α range (``alpha_range``: the α the
-validation rows took from published accepted lengths or speed-ups) over the tokens a pass
-at the α simulated. A measured α narrows that to the spread the caller gives.
+- ``figure``: a ratio of two runs on one deployment (a speed-up: ``ratio``) or an absolute
+  figure (TPOT, throughput, latency: ``absolute``). A ratio cancels most of what the step
+  model gets wrong about an engine; an absolute figure carries all of it. A ratio's interval
+  never takes an absolute figure's residuals, nor the other way round.
+- ``profile``, what the user gave: ``prior`` (the datasheet prior and the shipped
+  constants; with or without a measured acceptance, which is α's own term below),
+  ``calibrated`` (a step model fitted on their own runs without speculation: ``specgauge
+  calibrate``, a published fit), ``runs`` (those runs and one speculative run with its
+  acceptance: the user-runs protocol).
+- ``kind`` (a dense or MoE target) and the ``load`` band of the batch.
+
+A pool with fewer rows than a finite quantile needs (9 at 90 %) does not take a tighter
+pool's bound: it takes the wider of its parent pool's (the load band dropped, then the
+kind, then the profile stepped down to what less knowledge gives, never the figure) and its
+own largest residual, and says so in ``Band.reason``. Residuals whose α was borrowed from
+another source are left out of every pool: α's uncertainty is not the step model's.
+
+α is its own term, moved through the simulator's law of tokens a round: a speculative
+figure's ends move by the tokens a pass at the ends of α's range over the tokens a pass at
+the α simulated (speed-ups and throughputs with it, latencies against it). The range is the
+draft kind's published one while α is a placeholder (``alpha_range``), the measured spread
+once it is measured (``alpha_spread``; none given: no widening).
+
+Every interval then stays inside what the deployment can do (``hard_bounds``): a speed-up
+never above γ + 1, nor at batch 1 above what the draft's cost allows, (γ + 1) / (1 + γ·c);
+a TPOT never below the time to read the target's active weights at the GPUs' peak bandwidth,
+shared by the γ + 1 tokens a round can emit; a figure exact by construction (γ 0's speed-up,
+1 against itself) has no interval: lo = hi = the value.
 
 API (all pure; the residual table is read once):
 
-- ``Group(kind, profile, load)``; ``group_of(moe: bool, calibrated: bool, load: float) -> Group``;
-  ``load_band(load: float) -> str``.
-- ``band(group: Group, level: float = 0.9, residuals: pd.DataFrame | None = None) -> Band``:
-  the log half-width ``q`` (inf when no group has enough rows), ``n`` rows, ``sources``,
-  ``group_used`` and ``reason``.
-- ``interval(value: float, group: Group, level=0.9, factors=(1.0, 1.0)) -> tuple[float, float]``:
-  one figure's ends; ``factors`` multiply the lower and upper end (α's spread).
-- ``alpha_range(draft_kind: str) -> tuple[float, float]``;
-  ``alpha_factors(alpha: float, gamma: int, low: float, high: float) -> tuple[float, float]``.
-- ``add_intervals(frame: pd.DataFrame, level=0.9, alpha_measured=False, alpha_spread=None,
-  residuals=None) -> pd.DataFrame``: a copy of a ``plan``/``simulate`` result frame with
+- ``Group(figure, profile, kind, load)``; ``group_of(...)``; ``load_band(load) -> str``.
+- ``band(group, level=0.9, residuals=None) -> Band``.
+- ``add_intervals(frame, level=0.9, alpha_measured=False, alpha_spread=None, residuals=None,
+  profiles=None) -> pd.DataFrame``: a copy of a ``plan``/``simulate`` result frame with
   ``<metric>_lo`` / ``<metric>_hi`` for each metric of ``METRICS`` it holds, and
   ``interval_group`` / ``interval_note`` columns.
+- ``alpha_range(draft_kind)``, ``alpha_factors(alpha, gamma, low, high)``, ``tokens_per_pass``.
 - ``format_interval(value, lo, hi, digits=3) -> str``: ``1.46 [1.21, 1.76]``.
 """
 
@@ -54,48 +68,64 @@ import pandas as pd
 LEVEL = 0.9
 #: Load bands: a batch of one (latency-bound, fixed costs dominate), a few, many.
 LOAD_BANDS = (("1", 1.0), ("2-16", 16.0), ("over 16", math.inf))
-#: Figures of a plan/simulate row that get an interval; ``True``: the figure moves with α
-#: (a speculative figure), ``-1``: it moves against α (a latency).
-METRICS: dict[str, int] = {
-    "speedup_vs_no_spec": 1, "tpot_speedup_vs_no_spec": 1,
-    "output_throughput": 1, "request_throughput": 1, "total_token_throughput": 1,
-    "mean_tpot_ms": -1, "median_tpot_ms": -1, "p99_tpot_ms": -1, "mean_itl_ms": -1,
-    "mean_e2el_ms": -1, "p99_e2el_ms": -1, "mean_ttft_ms": 0,
-    "no_spec_output_throughput": 0, "no_spec_mean_tpot_ms": 0, "no_spec_request_throughput": 0,
+#: What the user gave the planner, from least to most (a pool too small steps down this list).
+PROFILES = ("prior", "calibrated", "runs")
+#: In words, for notes and the docs.
+PROFILE_WORDS = {"prior": "the datasheet prior", "calibrated": "a step model calibrated on own runs",
+                 "runs": "own runs and one speculative run"}
+#: Figures of a plan/simulate row that get an interval, with (figure kind, how they move with α:
+#: 1 with it, -1 against it, 0 not at all).
+METRICS: dict[str, tuple[str, int]] = {
+    "speedup_vs_no_spec": ("ratio", 1), "tpot_speedup_vs_no_spec": ("ratio", 1),
+    "output_throughput": ("absolute", 1), "request_throughput": ("absolute", 1),
+    "total_token_throughput": ("absolute", 1),
+    "mean_tpot_ms": ("absolute", -1), "median_tpot_ms": ("absolute", -1), "p99_tpot_ms": ("absolute", -1),
+    "mean_itl_ms": ("absolute", -1), "mean_e2el_ms": ("absolute", -1), "p99_e2el_ms": ("absolute", -1),
+    "mean_ttft_ms": ("absolute", 0),
+    "no_spec_output_throughput": ("absolute", 0), "no_spec_mean_tpot_ms": ("absolute", 0),
+    "no_spec_request_throughput": ("absolute", 0),
 }
+#: Speed-ups (exact at γ 0, capped by γ + 1) and TPOTs (floored by the weights' read time).
+SPEEDUPS = ("speedup_vs_no_spec", "tpot_speedup_vs_no_spec")
+TPOTS = ("mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms")
+NO_SPEC_TPOTS = ("no_spec_mean_tpot_ms",)
 
 
 @dataclass(frozen=True)
 class Group:
-    """What the planner knows about a figure: target ``kind`` (dense, moe), step-model
-    ``profile`` (prior, calibrated) and ``load`` band (``LOAD_BANDS``); None: any."""
+    """A residual pool: ``figure`` (ratio, absolute), ``profile`` (``PROFILES``: what the user gave),
+    target ``kind`` (dense, moe) and ``load`` band (``LOAD_BANDS``); None: any."""
 
-    kind: str | None
+    figure: str
     profile: str | None
+    kind: str | None
     load: str | None
 
     def label(self) -> str:
-        parts = [p for p in (self.kind, self.profile and f"{self.profile} profile",
-                             self.load and f"batch {self.load}") if p]
-        return ", ".join(parts) if parts else "all rows"
+        parts = [{"ratio": "speed-ups", "absolute": "absolute figures"}.get(self.figure, self.figure)]
+        parts += [p for p in (self.profile and f"{self.profile} profile", self.kind,
+                              self.load and f"batch {self.load}") if p]
+        return ", ".join(parts)
 
     def parent(self) -> "Group | None":
-        """The next coarser group: the load band dropped first, then the profile, then the kind."""
+        """The next coarser pool: the load band dropped first, then the kind, then the profile
+        stepped down to what less knowledge gives; never the figure."""
         if self.load is not None:
-            return Group(self.kind, self.profile, None)
-        if self.profile is not None:
-            return Group(self.kind, None, None)
+            return Group(self.figure, self.profile, self.kind, None)
         if self.kind is not None:
-            return Group(None, None, None)
+            return Group(self.figure, self.profile, None, None)
+        if self.profile is not None:
+            i = PROFILES.index(self.profile) if self.profile in PROFILES else 0
+            return Group(self.figure, PROFILES[i - 1] if i > 0 else None, None, None)
         return None
 
 
 @dataclass(frozen=True)
 class Band:
-    """A group's conformal half-width in log units: the interval is [ŷ·e^−q, ŷ·e^q]."""
+    """A pool's conformal half-width in log units: the interval is [ŷ·e^−q, ŷ·e^q]."""
 
     q: float
-    n: int
+    n: int          # rows and sources of the pool used (``group_used``)
     sources: int
     group: Group
     group_used: Group
@@ -115,8 +145,21 @@ def load_band(load: float) -> str:
     return LOAD_BANDS[-1][0]
 
 
-def group_of(moe: bool, calibrated: bool, load: float) -> Group:
-    return Group("moe" if moe else "dense", "calibrated" if calibrated else "prior", load_band(float(load)))
+def figure_of(metric_or_measure: str) -> str:
+    """``ratio`` for a speed-up or another ratio of two runs, ``absolute`` otherwise."""
+    if metric_or_measure in METRICS:
+        return METRICS[metric_or_measure][0]
+    return "ratio" if metric_or_measure in ("speedup", "decode_speedup", "throughput_ratio") else "absolute"
+
+
+def profile_of(calibrated: bool, alpha_measured: bool) -> str:
+    """What the user gave, as a pool names it: a calibrated step model with a measured acceptance
+    is the user-runs protocol's ``runs``; a measured acceptance alone changes only α's term."""
+    return ("runs" if alpha_measured else "calibrated") if calibrated else "prior"
+
+
+def group_of(figure: str, profile: str, moe: bool, load: float) -> Group:
+    return Group(figure, profile, "moe" if moe else "dense", load_band(float(load)))
 
 
 RESIDUALS = ("planning", "data", "residuals.csv")
@@ -124,17 +167,24 @@ RESIDUALS = ("planning", "data", "residuals.csv")
 
 @functools.lru_cache(maxsize=1)
 def shipped_residuals() -> pd.DataFrame:
-    """The residuals ``specgauge validate --write-residuals`` wrote: one row per predicted
-    validation row, each predicted with its source left out."""
+    """The residuals ``specgauge validate --write-residuals`` wrote: one row per figure predicted
+    out of sample (a published row with its source left out, a user-runs point)."""
     path = files("specgauge.reports").joinpath(*RESIDUALS)
     return pd.read_csv(path.open("r", encoding="utf-8"))
 
 
+def pool_rows(residuals: pd.DataFrame) -> pd.DataFrame:
+    """The rows a pool may use: every residual but those whose α was borrowed from another source."""
+    if "alpha_from" not in residuals:
+        return residuals
+    return residuals[residuals["alpha_from"].astype(str) != "other"]
+
+
 def _select(residuals: pd.DataFrame, group: Group) -> pd.DataFrame:
     mask = np.ones(len(residuals), bool)
-    for column in ("kind", "profile", "load"):
+    for column in ("figure", "profile", "kind", "load"):
         value = getattr(group, column)
-        if value is not None:
+        if value is not None and column in residuals:
             mask &= (residuals[column].astype(str) == value).to_numpy()
     return residuals[mask]
 
@@ -152,8 +202,12 @@ def conformal_q(abs_residuals: np.ndarray, level: float = LEVEL) -> float:
 
 
 def band(group: Group, level: float = LEVEL, residuals: pd.DataFrame | None = None) -> Band:
-    """The group's half-width; a group too small widens to its parent's (never below its own largest residual)."""
-    residuals = shipped_residuals() if residuals is None else residuals
+    """The pool's half-width; a pool too small widens to its parent's (never below its own largest residual)."""
+    residuals = pool_rows(shipped_residuals() if residuals is None else residuals)
+    return _band(group, level, residuals)
+
+
+def _band(group: Group, level: float, residuals: pd.DataFrame) -> Band:
     own = _select(residuals, group)
     r = own["residual"].to_numpy(float)
     q = conformal_q(r, level)
@@ -162,35 +216,36 @@ def band(group: Group, level: float = LEVEL, residuals: pd.DataFrame | None = No
     parent = group.parent()
     if parent is None:
         return Band(math.inf, len(r), own["source"].nunique(), group, group,
-                    f"{len(r)} validation rows in all; a {level:.0%} interval needs {needed_rows(level)}")
-    wider = band(parent, level, residuals)
+                    f"{len(r)} validation rows of {group.label()}; a {level:.0%} interval needs {needed_rows(level)}")
+    wider = _band(parent, level, residuals)
     if not math.isfinite(wider.q):
         return Band(math.inf, len(r), own["source"].nunique(), group, wider.group_used,
-                    f"{len(r)} validation rows for {group.label()}, and no wider group has the {needed_rows(level)} "
+                    f"{len(r)} validation rows for {group.label()}, and no wider pool has the {needed_rows(level)} "
                     f"a {level:.0%} interval needs: unbounded")
     largest = float(np.max(np.abs(r))) if len(r) else 0.0
     reason = (f"only {len(r)} validation row{'s' if len(r) != 1 else ''} for {group.label()} "
               f"({needed_rows(level)} needed): the wider of the bound of {wider.group_used.label()} and "
-              f"this group's largest residual")
-    return Band(max(wider.q, largest), len(r), own["source"].nunique(), group, wider.group_used, reason)
+              f"this pool's largest residual")
+    return Band(max(wider.q, largest), wider.n, wider.sources, group, wider.group_used, reason)
 
 
 def interval(value: float, group: Group, level: float = LEVEL, factors: tuple[float, float] = (1.0, 1.0),
              residuals: pd.DataFrame | None = None) -> tuple[float, float]:
-    """One figure's interval: [value·e^−q·factors[0], value·e^q·factors[1]]."""
+    """One figure's interval before the hard bounds: [value·e^−q·factors[0], value·e^q·factors[1]]."""
     q = band(group, level, residuals).q
     if not math.isfinite(q):
         return 0.0, math.inf
     return value * math.exp(-q) * factors[0], value * math.exp(q) * factors[1]
 
 
+# ----------------------------------------------------------------------------- α's own term
+
+
 def tokens_per_pass(alpha: float, gamma: int) -> float:
     """Expected tokens a round with i.i.d. acceptance α and γ drafts: (1 − α^(γ+1)) / (1 − α)."""
-    if gamma <= 0:
-        return 1.0
-    if alpha >= 1.0:
-        return gamma + 1.0
-    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+    from specgauge.laws import tokens_per_pass as law
+
+    return 1.0 if gamma <= 0 else float(law(min(max(alpha, 0.0), 1.0), gamma))
 
 
 def alpha_factors(alpha: float, gamma: int, low: float, high: float) -> tuple[float, float]:
@@ -237,9 +292,54 @@ def _row_alpha_factors(row: pd.Series, measured: bool, spread: tuple[float, floa
     return f[0], f[1], f"α a placeholder: {why}"
 
 
-def row_group(row: pd.Series, profiles: str | None = None) -> Group:
-    """A result row's group: MoE from the target profile, calibrated when the step model is a
-    fit, load from the mean batch the run held (the batch cap when absent)."""
+# ----------------------------------------------------------------------------- what the deployment allows
+
+
+@functools.lru_cache(maxsize=64)
+def weight_read_s(target: str, gpu: str, gpus: int, profiles: str | None = None) -> float:
+    """The time to read the weights one token multiplies (a MoE target: its active experts) at the
+    GPUs' peak bandwidth, shared by the ``gpus`` of a replica: no step can be faster (nan when the
+    profiles do not know the deployment)."""
+    from specgauge.simulator.profiles import load_gpu, load_model
+
+    try:
+        model, device = load_model(target, profiles), load_gpu(gpu, profiles)
+    except Exception:  # noqa: BLE001 - a user's profile file gone: no floor rather than a wrong one
+        return math.nan
+    return model.linear_params * model.dtype_bytes / (max(gpus, 1) * device.bandwidth_tb_s * 1e12)
+
+
+def hard_bounds(row: pd.Series, profiles: str | None = None) -> dict[str, tuple[float, float]]:
+    """Per metric, the (lowest, highest) value the deployment allows: a speed-up at most γ + 1 and,
+    at batch 1, at most (γ + 1) / (1 + γ·c) with c the draft's cost ratio; a TPOT at least the
+    weights' read time over the γ + 1 tokens a round can emit."""
+    gamma = int(row.get("gamma") or 0)
+    out: dict[str, tuple[float, float]] = {}
+    top = float(gamma + 1)
+    c = pd.to_numeric(pd.Series([row.get("draft_cost_ratio_b1")]), errors="coerce").iloc[0]
+    batch = pd.to_numeric(pd.Series([row.get("mean_batch_size", row.get("batch_size"))]), errors="coerce").iloc[0]
+    if gamma > 0 and np.isfinite(c) and c > 0 and np.isfinite(batch) and batch <= 1.0 + 1e-9:
+        top = min(top, (gamma + 1) / (1 + gamma * float(c)))
+    for metric in SPEEDUPS:
+        out[metric] = (0.0, top)
+    gpus = int(row.get("tp") or 1) * int(row.get("dp") or 1)
+    read = weight_read_s(str(row.get("target")), str(row.get("gpu")), gpus, profiles)
+    if np.isfinite(read):
+        for metric in TPOTS:
+            out[metric] = (read * 1e3 / (gamma + 1), math.inf)
+        for metric in NO_SPEC_TPOTS:
+            out[metric] = (read * 1e3, math.inf)
+    return out
+
+
+# ----------------------------------------------------------------------------- a plan's rows
+
+
+def row_group(row: pd.Series, figure: str = "absolute", alpha_measured: bool = False,
+              profiles: str | None = None) -> Group:
+    """A result row's pool: MoE from the target profile, calibrated when the step model is a
+    fit (with a measured α: own runs and a speculative run), load from the mean batch the run
+    held (the batch cap when absent)."""
     from specgauge.simulator.profiles import load_model
 
     try:
@@ -250,7 +350,16 @@ def row_group(row: pd.Series, profiles: str | None = None) -> Group:
     load = row.get("mean_batch_size")
     if load is None or not np.isfinite(float(load)) or float(load) <= 0:
         load = row.get("batch_size") or 1
-    return group_of(moe, not source.startswith("datasheet prior"), max(float(load), 1.0))
+    calibrated = not source.startswith("datasheet prior")
+    return group_of(figure, profile_of(calibrated, alpha_measured), moe, max(float(load), 1.0))
+
+
+def _note(b: Band, level: float) -> str:
+    what = "speed-ups" if b.group.figure == "ratio" else "absolute figures"
+    if not math.isfinite(b.q):
+        return f"{what}: {level:.0%} interval unbounded ({b.reason})"
+    text = f"{what} ±{b.half_width:.0%} ({b.group_used.label()}: {b.n} rows, {b.sources} sources)"
+    return text + (f" [{b.reason}]" if b.reason else "")
 
 
 def add_intervals(frame: pd.DataFrame, level: float = LEVEL, alpha_measured: bool = False,
@@ -258,33 +367,55 @@ def add_intervals(frame: pd.DataFrame, level: float = LEVEL, alpha_measured: boo
                   profiles: str | None = None) -> pd.DataFrame:
     """``frame`` with ``<metric>_lo``/``<metric>_hi`` beside every metric of ``METRICS`` it holds.
 
-    The group's conformal band, then, for a speculative figure (γ > 0), the α spread: the
-    draft kind's published range when α is a placeholder, ``alpha_spread`` (low, high) when
-    it was measured (none: no widening). Speed-ups and throughputs move with α, latencies
-    against it, baselines not at all."""
+    Per row and figure kind, the pool's conformal band; then, for a speculative figure (γ > 0),
+    α's term: the draft kind's published range when α is a placeholder, ``alpha_spread``
+    (low, high) when it was measured (none: no widening). Speed-ups and throughputs move with
+    α, latencies against it, baselines not at all. Last, the hard bounds (``hard_bounds``)."""
     out = frame.copy()
-    groups = [row_group(row, profiles) for _, row in out.iterrows()]
-    cached = {g: band(g, level, residuals) for g in set(groups)}   # a sweep has few groups and many rows
-    bands = [cached[g] for g in groups]
-    q = np.array([b.q for b in bands])
+    pool = pool_rows(shipped_residuals() if residuals is None else residuals)
+    cache: dict[Group, Band] = {}
+
+    def cached(group: Group) -> Band:   # a sweep has few pools and many rows
+        if group not in cache:
+            cache[group] = _band(group, level, pool)
+        return cache[group]
+
+    bands = {figure: [cached(row_group(row, figure, alpha_measured, profiles)) for _, row in out.iterrows()]
+             for figure in ("ratio", "absolute")}
     factors = [_row_alpha_factors(row, alpha_measured, alpha_spread) for _, row in out.iterrows()]
+    bounds = [hard_bounds(row, profiles) for _, row in out.iterrows()]
+    gamma = pd.to_numeric(out.get("gamma", pd.Series(0, index=out.index)), errors="coerce").fillna(0).to_numpy()
     f_lo = np.array([f[0] for f in factors])
     f_hi = np.array([f[1] for f in factors])
-    with np.errstate(over="ignore", invalid="ignore"):
-        down, up = np.exp(-q), np.exp(q)
-    for metric, direction in METRICS.items():
+    for metric, (figure, direction) in METRICS.items():
         if metric not in out:
             continue
+        q = np.array([b.q for b in bands[figure]])
+        with np.errstate(over="ignore", invalid="ignore"):
+            down, up = np.exp(-q), np.exp(q)
         value = pd.to_numeric(out[metric], errors="coerce").to_numpy(float)
         lo_f = f_lo if direction > 0 else (1.0 / f_hi if direction < 0 else 1.0)
         hi_f = f_hi if direction > 0 else (1.0 / f_lo if direction < 0 else 1.0)
-        out[f"{metric}_lo"] = value * down * lo_f
-        out[f"{metric}_hi"] = value * up * hi_f
-    out["interval_group"] = [b.group_used.label() for b in bands]
-    out["interval_note"] = [
-        "; ".join(p for p in (f"{level:.0%} interval ±{b.half_width:.0%} ({b.n} rows, {b.sources} sources)"
-                              if math.isfinite(b.q) else f"{level:.0%} interval unbounded",
-                              b.reason, f[2]) if p) for b, f in zip(bands, factors)]
+        with np.errstate(invalid="ignore"):
+            lo, hi = value * down * lo_f, value * up * hi_f
+        floor = np.array([b.get(metric, (0.0, math.inf))[0] for b in bounds])
+        ceiling = np.array([b.get(metric, (0.0, math.inf))[1] for b in bounds])
+        lo, hi = np.maximum(lo, np.minimum(floor, value)), np.minimum(hi, np.maximum(ceiling, value))
+        if metric in SPEEDUPS:   # γ 0 against itself: 1 by construction, no interval
+            exact = gamma <= 0
+            lo, hi = np.where(exact, value, lo), np.where(exact, value, hi)
+        out[f"{metric}_lo"] = lo
+        out[f"{metric}_hi"] = hi
+    out["interval_group"] = [f"{r.group_used.label()}; {a.group_used.label()}"
+                             for r, a in zip(bands["ratio"], bands["absolute"])]
+    notes = []
+    for i, (r, a, f) in enumerate(zip(bands["ratio"], bands["absolute"], factors)):
+        parts = [] if gamma[i] <= 0 else [_note(r, level)]
+        parts += [_note(a, level), f[2]]
+        if gamma[i] <= 0:
+            parts.append("speed-up 1 by construction (no speculation)")
+        notes.append("; ".join(p for p in parts if p))
+    out["interval_note"] = notes
     return out
 
 
@@ -295,14 +426,25 @@ def format_interval(value: float, lo: float, hi: float, digits: int = 3) -> str:
     return f"{fmt(value)} [{fmt(lo)}, {fmt(hi)}]"
 
 
+def held_out_q(rows: pd.DataFrame, residuals: pd.DataFrame, level: float = LEVEL) -> np.ndarray:
+    """Each row's q computed from the other sources' residuals alone (its own source held out of its
+    interval too): ``rows`` need ``source``, ``figure``, ``profile``, ``kind`` and ``load`` (a band name)."""
+    pool = pool_rows(residuals)
+    out, cache = [], {}
+    for _, row in rows.iterrows():
+        key = (row["source"], row["figure"], row["profile"], row["kind"], row["load"])
+        if key not in cache:
+            rest = pool[pool["source"] != row["source"]]
+            cache[key] = _band(Group(row["figure"], row["profile"], row["kind"], row["load"]), level, rest).q
+        out.append(cache[key])
+    return np.array(out, float)
+
+
 def coverage(frame: pd.DataFrame, level: float = LEVEL) -> pd.DataFrame:
     """Leave-one-source-out coverage of the intervals on validation residuals: each source's rows
-    against the band computed from the other sources' rows alone (``band`` on the rest).
-    Returns the rows with ``q`` and ``covered``."""
-    out = []
-    for source, rows in frame.groupby("source", sort=False):
-        rest = frame[frame["source"] != source]
-        for _, row in rows.iterrows():
-            b = band(Group(row["kind"], row["profile"], row["load"]), level, rest)
-            out.append({**row.to_dict(), "q": b.q, "covered": bool(abs(row["residual"]) <= b.q)})
-    return pd.DataFrame(out)
+    against the band computed from the other sources' rows alone. Returns the rows with ``q``
+    and ``covered``."""
+    out = frame.copy()
+    out["q"] = held_out_q(out, frame, level)
+    out["covered"] = out["residual"].abs() <= out["q"]
+    return out

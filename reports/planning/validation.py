@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tempfile
 from dataclasses import replace
 from importlib.resources import files
@@ -435,42 +436,20 @@ def head_pass_s(ctx: float = 256.0) -> float:
     return float(_head_step().time(1, ctx, ctx))
 
 
-def pass_overhead_estimates(table: pd.DataFrame) -> dict[str, float]:
-    """The proposer's work per EAGLE pass (ms) as each source that informs it gives it: [1]'s
-    per-round fit split over its 3 passes (what ships), and the K sweep's round time
-    (TPOT × accepted length, TPOT = plain TPOT ÷ speed-up) against K."""
-    from specgauge.simulator.profiles import load_step_fit
+def pass_overhead_estimates(table: pd.DataFrame, workdir: str | None = None) -> dict[str, list[float]]:
+    """An EAGLE or MTP head's batch-1 pass in target layers (``GPU.draft_pass_layers``), as each
+    source's batch-1 head rows and [1]'s per-round fit give it (``step_fits``)."""
+    from specgauge.reports.planning.step_fits import draft_pass_layer_estimates
 
-    head = head_pass_s() * 1e3
-    shipped = load_step_fit("eagle:llama-3.1-8b", "h100-sxm", 1)
-    out = {FIT_SOURCE: shipped.c_pass_ms - head}
-    sweep = table[(table["source"] == K_SWEEP_SOURCE) & (table["baseline_unit"] == "tpot_ms")]
-    if len(sweep) >= 2:
-        k = sweep["gamma"].astype(float).to_numpy()
-        tpot = sweep["baseline"].astype(float).to_numpy() / sweep["published"].astype(float).to_numpy()
-        rounds = sweep["accepted_length"].astype(float).to_numpy() * tpot
-        out[K_SWEEP_SOURCE] = float(np.polyfit(k, rounds, 1)[0]) - head
-    return out
+    return draft_pass_layer_estimates(table, workdir)
 
 
-def moe_factor_estimates(table: pd.DataFrame) -> dict[str, list[float]]:
-    """A MoE pass's per-token cost over the dense prior's, per curve, from the step model fitted
-    on each published no-speculation MoE curve: what ``moe_token_factor`` ships (their
-    geometric mean)."""
-    from specgauge.simulator.core import resolve
-    from specgauge.simulator.cost import PassCost
+def moe_factor_estimates(table: pd.DataFrame, workdir: str | None = None) -> dict[str, list[float]]:
+    """The MoE per-token factor (``GPU.moe_token_factor``) each source's MoE rows under load imply
+    on the datasheet prior, whole curves with and without speculation (``step_fits``)."""
+    from specgauge.reports.planning.step_fits import moe_curve_estimates
 
-    out: dict[str, list[float]] = {}
-    curves = table[(table["fit_group"] != "") & (table["baseline_unit"] != "tpot_ms") & (table["baseline"] != "")]
-    for _, rows in curves.groupby("fit_group", sort=False):
-        config = row_config(rows.iloc[0])
-        setup = resolve(config)
-        if not setup.target.is_moe:
-            continue
-        dense = PassCost.prior(replace(setup.gpu, moe_token_factor=1.0), setup.target, config.tp)
-        fit = curve_fit(rows)
-        out.setdefault(rows.iloc[0]["source"], []).append(float(fit.c_token) / dense.c_token)
-    return out
+    return moe_curve_estimates(table, workdir)
 
 
 FIXED_FIELDS = ("moe_layer_overhead_us", "mla_layer_overhead_us")
@@ -523,26 +502,29 @@ def median_of_sources(estimates: dict[str, list[float]], held_out: str | None = 
     return float(np.median(values)) if values else 0.0
 
 
-def fold_profile(held_out: str, path: str, passes: dict[str, float], moe: dict[str, list[float]],
+def fold_profile(held_out: str, path: str, passes: dict[str, list[float]], moe: dict[str, list[float]],
                  fixed: dict[str, dict[str, list[float]]] | None = None) -> str:
     """A profile file holding every constant the table taught the simulator, refitted without ``held_out``.
 
-    The proposer's per-pass work comes from [1] (as shipped), or from the K sweep when [1] is
-    held out; the MoE per-token factor from the MoE curves of the sources left in. Without [1],
-    its fits of Llama-3.1-8B and its EAGLE-3 head give way to the datasheet prior, and the eager
-    draft layer's launch cost read off its cost ratios to the graphed layer's. The prior's
-    bandwidth and FLOP fractions, also read off [1]'s fit, stay: no other source times a dense pass."""
+    A head pass in target layers is the median over the other sources; the MoE per-token factor
+    the median over the other sources of what their rows under load imply (in log factor).
+    Without [1], its fits of Llama-3.1-8B and its EAGLE-3 head give way to the datasheet prior
+    (the head at the fold's layers a pass), and the eager draft layer's launch cost read off its
+    cost ratios to the graphed layer's. The prior's bandwidth and FLOP fractions, also read off
+    [1]'s fit, stay: no other source times a dense pass."""
+    from specgauge.reports.planning.step_fits import fold_values, head_fit_text
     from specgauge.simulator.cost import PassCost
     from specgauge.simulator.profiles import known_gpus, load_gpu, load_model
 
-    order = [FIT_SOURCE, K_SWEEP_SOURCE]
-    per_pass = next((passes[src] for src in order if src != held_out and src in passes), passes.get(FIT_SOURCE, 0.38))
-    ratios = [r for src, values in moe.items() if src != held_out for r in values]
+    layers = fold_values(passes, held_out)
+    factor = fold_values(moe, held_out, geometric=True)
     text = ""
     for gpu in known_gpus():
-        text += f'[gpus."{gpu}"]\ndraft_pass_overhead_ms = {per_pass!r}\n'
-        if ratios:
-            text += f"moe_token_factor = {math.exp(sum(map(math.log, ratios)) / len(ratios))!r}\n"
+        text += f'[gpus."{gpu}"]\n'
+        if layers is not None:
+            text += f"draft_pass_layers = {layers!r}\n"
+        if factor is not None:
+            text += f"moe_token_factor = {factor!r}\n"
         for name, estimates in (fixed or {}).items():
             text += f"{name} = {median_of_sources(estimates, held_out)!r}\n"
         if held_out == FIT_SOURCE:
@@ -554,17 +536,24 @@ def fold_profile(held_out: str, path: str, passes: dict[str, float], moe: dict[s
                  f'c_weight_ms = {prior.c_weight * 1e3!r}\nc_token_us = {prior.c_token * 1e6!r}\n'
                  f'c_kv_ns = {prior.c_kv * 1e9!r}\nc_attn_ns = {prior.c_attn * 1e9!r}\nknee = {prior.knee!r}\n'
                  f'includes_engine = false\nsource = "datasheet prior (leave-one-source-out fold without [1])"\n')
-        head = _head_step()
-        text += (f'[steps."eagle:llama-3.1-8b@h100-sxm@tp1"]\nc_fixed_ms = 0.0\n'
-                 f'c_pass_ms = {head_pass_s() * 1e3 + per_pass!r}\nc_token_us = {head.c_token * 1e6!r}\n'
-                 f'c_kv_ns = {head.c_kv * 1e9!r}\nsource = "head pass from shape + the K sweep"\n')
+        with open(path, "w") as handle:
+            handle.write(text)
+        if layers is not None:
+            text += head_fit_text(row_config({"gpu": "h100", "target": "llama-3.1-8b", "draft": "eagle", "gamma": "3"},
+                                             path), layers)
     with open(path, "w") as handle:
         handle.write(text)
     return path
 
 
-def loso(table: pd.DataFrame, workdir: str | None = None, user: pd.DataFrame | None = None
-         ) -> tuple[pd.DataFrame, pd.DataFrame]:
+def fold_estimates(table: pd.DataFrame, workdir: str) -> tuple[dict, dict, dict]:
+    """What ``fold_profile`` refits per fold: the proposer's per-pass work, the MoE token factors
+    and the per-layer fixed costs, each per source."""
+    return pass_overhead_estimates(table), moe_factor_estimates(table), fixed_cost_estimates(table, workdir)
+
+
+def loso(table: pd.DataFrame, workdir: str | None = None, user: pd.DataFrame | None = None,
+         estimates: tuple | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Leave one source out. Returns (the folds' rows, the in-sample rows).
 
     For every source S: the constants the table taught are refitted without S
@@ -574,8 +563,7 @@ def loso(table: pd.DataFrame, workdir: str | None = None, user: pd.DataFrame | N
     are predicted with every shipped constant (nothing in the shipped table is theirs)."""
     workdir = workdir or tempfile.mkdtemp(prefix="specgauge-loso-")
     shipped = evaluate(table, workdir=workdir)
-    passes, moe = pass_overhead_estimates(table), moe_factor_estimates(table)
-    fixed = fixed_cost_estimates(table, workdir)
+    passes, moe, fixed = estimates or fold_estimates(table, workdir)
     folds = []
     for src in dict.fromkeys(table["source"]):
         rows = table[table["source"] == src]
@@ -592,18 +580,59 @@ def loso(table: pd.DataFrame, workdir: str | None = None, user: pd.DataFrame | N
     return pd.concat(folds, ignore_index=True), shipped
 
 
-def residuals(folds: pd.DataFrame) -> pd.DataFrame:
-    """The intervals' table: one row per predicted figure, r = log(published / simulated)."""
-    from specgauge.reports.planning.intervals import load_band
+_SOURCE_KEY = re.compile(r"\[\d+\]")
 
-    predicted = folds[(folds["role"] == "predicted") & folds["ratio"].notna()]
-    return pd.DataFrame({
-        "source": predicted["source"], "id": predicted["id"], "variant": predicted["variant"],
-        "setup": predicted["setup"], "measured": predicted["measured"], "draft_kind": predicted["draft_kind"],
-        "kind": predicted["kind"], "profile": predicted["profile"], "load": [load_band(x) for x in predicted["load"]],
-        "alpha": predicted["alpha_used"], "published": predicted["published"].astype(float),
-        "simulated": predicted["simulated"].round(6),
-        "residual": np.log(predicted["published"].astype(float) / predicted["simulated"]).round(6)})
+
+def alpha_from(row, table: pd.DataFrame) -> str:
+    """Where a row's α came from: ``run`` (the run's own accepted length, or its source's curve),
+    ``other`` (another source's run: its residual carries α's error, which is not the step
+    model's), ``none`` (no speculation)."""
+    alpha = str(row.get("alpha", ""))
+    if str(row.get("gamma", "")) in ("", "0") or alpha == "":
+        return "none"
+    if alpha.startswith("row:"):
+        ref = table.loc[table["id"] == alpha[4:], "source"]
+        return "run" if len(ref) and ref.iloc[0] == row["source"] else "other"
+    named = set(_SOURCE_KEY.findall(str(row.get("alpha_source", "")))) - {row["source"]}
+    return "other" if named else "run"
+
+
+def prior_path(folds: pd.DataFrame) -> pd.DataFrame:
+    """The held-out rows as a user who gave the planner no runs of their own gets them: every
+    row on the shipped constants, a curve with published no-speculation points on the datasheet
+    prior (``variant`` prior), not on a fit of those points."""
+    keep = (((folds["variant"] == "as published") & (folds["fit_group"] == "")) | (folds["variant"] == "prior"))
+    return folds[keep]
+
+
+def residuals(folds: pd.DataFrame, table: pd.DataFrame | None = None, runs: pd.DataFrame | None = None
+              ) -> pd.DataFrame:
+    """The intervals' table: one row per figure predicted out of sample, r = log(published /
+    simulated): the prior path's held-out rows (``path`` loso) and the user-runs protocol's
+    points (``path`` user runs, ``runs``), each with its ``figure`` (ratio, absolute), its
+    ``profile`` (what the planner was given) and where its α came from (``alpha_from``)."""
+    from specgauge.reports.planning.intervals import figure_of, load_band
+
+    table = shipped_table() if table is None else table
+    rows = prior_path(folds)
+    predicted = rows[(rows["role"] == "predicted") & rows["ratio"].notna()]
+    out = pd.DataFrame({
+        "source": predicted["source"], "id": predicted["id"], "path": "loso", "setup": predicted["setup"],
+        "measured": predicted["measured"], "figure": [figure_of(m) for m in predicted["measured"]],
+        "draft_kind": predicted["draft_kind"], "kind": predicted["kind"], "profile": predicted["profile"],
+        "load": [load_band(x) for x in predicted["load"]], "gamma": predicted["gamma"].replace("", "0").astype(int),
+        "alpha": predicted["alpha_used"], "alpha_from": [alpha_from(r, table) for _, r in predicted.iterrows()],
+        "published": predicted["published"].astype(float), "simulated": predicted["simulated"].round(6)})
+    if runs is not None and len(runs):
+        out = pd.concat([out, pd.DataFrame({
+            "source": runs["source"], "id": runs["id"], "path": "user runs", "setup": runs["setup"],
+            "measured": runs["measured"], "figure": runs["figure"], "draft_kind": runs["draft_kind"],
+            "kind": runs["kind"], "profile": runs["profile"], "load": [load_band(x) for x in runs["load"]],
+            "gamma": runs["gamma"].astype(int), "alpha": runs["alpha"], "alpha_from": "run",
+            "published": runs["published"].astype(float), "simulated": runs["simulated"].round(6)})],
+            ignore_index=True)
+    out["residual"] = np.log(out["published"] / out["simulated"]).round(6)
+    return out.reset_index(drop=True)
 
 
 def share(frame: pd.DataFrame) -> tuple[int, int]:
@@ -648,6 +677,140 @@ def display_table(frame: pd.DataFrame) -> pd.DataFrame:
     out["simulated"] = out["simulated"].astype(float).round(3)
     out["ratio"] = out["ratio"].astype(float).round(3)
     return out
+
+
+# ----------------------------------------------------------------------------- the user-runs protocol
+
+#: The user-runs protocol's thresholds: a curve qualifies with its own no-speculation points at
+#: this many loads or more and speculative points at this many or more.
+RUNS_MIN_BASELINE, RUNS_MIN_SPEC = 2, 3
+#: How a source's unit reads a run: a time (lower is faster) or a rate.
+TIME_UNITS = ("e2e_ms", "tpot_ms")
+
+
+def runs_curves(table: pd.DataFrame) -> list[pd.DataFrame]:
+    """The published curves the user-runs protocol takes: a ``fit_group`` whose source published
+    its run without speculation at ``RUNS_MIN_BASELINE`` loads or more and speculative points at
+    ``RUNS_MIN_SPEC`` or more, each curve sorted by load."""
+    curves = []
+    rows = table[(table["fit_group"] != "") & (table["baseline"] != "")]
+    for _, curve in rows.groupby("fit_group", sort=False):
+        spec = curve[(curve["gamma"].replace("", "0").astype(int) > 0) & (curve["measured"] == "speedup")]
+        if curve["batch_size"].nunique() >= RUNS_MIN_BASELINE and spec["batch_size"].nunique() >= RUNS_MIN_SPEC:
+            curves.append(curve.assign(_load=curve["batch_size"].astype(int)).sort_values("_load", kind="stable")
+                          .drop(columns="_load"))
+    return curves
+
+
+def _unit_value(result: dict, config, unit: str, spec: bool) -> float:
+    """A simulated run in its source's unit (``baseline_unit``). A closed loop's mean end-to-end
+    latency by Little's law, concurrency × output tokens ÷ output throughput: it holds the time a
+    request waits for a slot when the engine caps fewer running requests than the client sends
+    (SGLang's 48 with speculation, [12]), which the client's clock counts."""
+    prefix = "" if spec else "no_spec_"
+    if unit == "e2e_ms":
+        return 1e3 * config.batch_size * config.output_len / float(result[f"{prefix}output_throughput"])
+    if unit == "tpot_ms":
+        return float(result[f"{prefix}mean_tpot_ms"])
+    rate = float(result[f"{prefix}output_throughput"])
+    return rate / (config.tp * config.dp) if unit == "tok_s_gpu" else rate
+
+
+def user_runs(table: pd.DataFrame, workdir: str | None = None, estimates: tuple | None = None) -> pd.DataFrame:
+    """The user-runs protocol on every curve of ``runs_curves``: what a user measures in an
+    afternoon, given to the planner, and every other point of the curve predicted.
+
+    Given: the run without speculation at the curve's lowest and highest load (the target's step
+    model is fitted on those two, ``fitted_profile``, over the constants refitted without the
+    curve's source, ``fold_profile``) and one speculative run at the lowest load with its
+    acceptance (the source's accepted length where published; else α read off that run's
+    speed-up, which is what its measured acceptance stands for in the model). Predicted: the
+    other runs without speculation (``figure`` absolute, ``profile`` calibrated), and at every
+    other load the speculative run (absolute, ``profile`` runs) and its speed-up (ratio, runs).
+    One row per predicted figure, with ``published``, ``simulated`` and ``ratio``."""
+    from specgauge.simulator import IIDAcceptance, simulate
+
+    workdir = workdir or tempfile.mkdtemp(prefix="specgauge-runs-")
+    estimates = estimates or fold_estimates(table, workdir)
+    out = []
+    for curve in runs_curves(table):
+        src, name = curve.iloc[0]["source"], curve.iloc[0]["fit_group"]
+        base = fold_profile(src, os.path.join(workdir, f"runs-fold{src.strip('[]')}.toml"), *estimates)
+        low, high = curve.iloc[0], curve.iloc[-1]
+        profiles, _ = fitted_profile(curve.iloc[[0, -1]], os.path.join(workdir, f"runs-{name}.toml"), base)
+        low_config = row_config(low, profiles)
+        if low["alpha"] == "length":
+            alpha = alpha_for_length(low_config.gamma, float(low["accepted_length"]))
+        else:
+            alpha = calibrate_alpha(lambda a: speedup(low_config, a), float(low["published"]))
+        for _, row in curve.iloc[1:].iterrows():
+            config = replace(row_config(row, profiles), acceptance=IIDAcceptance(alpha))
+            result = simulate(config)
+            unit, base_value, published_speedup = row["baseline_unit"], float(row["baseline"]), float(row["published"])
+            spec_value = base_value / published_speedup if unit in TIME_UNITS else base_value * published_speedup
+            common = {"source": src, "curve": name, "kind": "moe" if resolve_moe(config) else "dense",
+                      "load": float(config.batch_size), "gamma": config.gamma, "alpha": alpha,
+                      "draft_kind": _draft_kind(config)}
+            figures = [("spec", "absolute", "runs", unit, spec_value, _unit_value(result, config, unit, True)),
+                       ("speedup", "ratio", "runs", "speedup", published_speedup, float(result["speedup_vs_no_spec"]))]
+            if row["id"] != high["id"]:
+                figures.insert(0, ("no-spec", "absolute", "calibrated", unit, base_value,
+                                   _unit_value(result, config, unit, False)))
+            for point, figure, profile, measured, published, simulated in figures:
+                what = {"no-spec": "without speculation", "spec": "with speculation", "speedup": "speed-up"}[point]
+                out.append({**common, "id": f"{row['id']}:{point}", "point": point, "figure": figure,
+                            "profile": profile, "measured": measured, "setup": f"{row['setup']}: {what}",
+                            "published": published, "simulated": simulated, "ratio": simulated / published})
+    return pd.DataFrame(out)
+
+
+def resolve_moe(config) -> bool:
+    from specgauge.simulator.core import resolve
+
+    return bool(resolve(config).target.is_moe)
+
+
+def with_held_out_intervals(rows: pd.DataFrame, residual_rows: pd.DataFrame, level: float) -> pd.DataFrame:
+    """``rows`` (``source``, ``figure``, ``profile``, ``kind``, ``load``, ``simulated``,
+    ``published``) with each interval computed from the other sources' residuals alone, bounded
+    like the planner's (a speed-up never above γ + 1), and ``covered``."""
+    from specgauge.reports.planning.intervals import held_out_q, load_band
+
+    out = rows.copy()
+    keys = out.assign(load=[load_band(float(x)) for x in out["load"]])
+    out["q"] = held_out_q(keys, residual_rows, level)
+    sim = out["simulated"].astype(float)
+    out["interval_lo"] = sim * np.exp(-out["q"])
+    out["interval_hi"] = sim * np.exp(out["q"])
+    ratio = (out["figure"] == "ratio") & out["measured"].isin(["speedup", "decode_speedup"])
+    gamma = pd.to_numeric(out["gamma"], errors="coerce").fillna(0)
+    out.loc[ratio, "interval_hi"] = np.minimum(out.loc[ratio, "interval_hi"], gamma[ratio] + 1.0)
+    published = out["published"].astype(float)
+    out["covered"] = (published >= out["interval_lo"]) & (published <= out["interval_hi"])
+    return out
+
+
+def decisive(rows: pd.DataFrame, low: float = 0.85, high: float = 1.15) -> tuple[int, int]:
+    """Among speed-up rows whose published value is below ``low`` or above ``high``, how many
+    intervals exclude 1.0 (the planner says whether speculation pays), and how many rows."""
+    speedups = rows[rows["measured"].isin(["speedup", "decode_speedup"])]
+    published = speedups["published"].astype(float)
+    clear = speedups[(published < low) | (published > high)]
+    excludes = (clear["interval_lo"] > 1.0) | (clear["interval_hi"] < 1.0)
+    return int(excludes.sum()), len(clear)
+
+
+def path_summary(rows: pd.DataFrame) -> dict[str, float]:
+    """Within ±15 %, covered, median half-width (of every figure and of the speed-ups) and decisive."""
+    half = np.expm1(rows["q"].replace(np.inf, np.nan))
+    speedups = rows["measured"].isin(["speedup", "decode_speedup"])
+    hits, n = decisive(rows)
+    return {"n": len(rows), "within": int(((rows["ratio"].astype(float) - 1).abs() <= WITHIN).sum()),
+            "covered": int(rows["covered"].sum()), "half_width": float(half.median()) if len(rows) else math.nan,
+            "speedup_half_width": float(half[speedups].median()) if speedups.any() else math.nan,
+            "speedups": int(speedups.sum()), "decisive": hits, "clear": n,
+            "sources": int(rows["source"].nunique()),
+            "curves": int(rows["curve"].nunique()) if "curve" in rows else 0}
 
 
 # ----------------------------------------------------------------------------- a user's own rows
