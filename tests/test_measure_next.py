@@ -83,3 +83,16 @@ def test_the_measured_spread_is_binomial_and_shrinks_with_the_sample():
     small, large = measured_alpha_spread(0.7, 1_000), measured_alpha_spread(0.7, 100_000)
     assert small[0] < large[0] < 0.7 < large[1] < small[1]
     assert (small[1] - small[0]) / (large[1] - large[0]) == pytest.approx(math.sqrt(100), rel=0.05)
+
+
+def test_each_scope_names_its_own_deployment_and_the_plan_is_rerun_with_what_was_measured(planned):
+    frame, _, _ = planned
+    other = frame.assign(draft="qwen3-1.7b")
+    table = measure_next(pd.concat([frame, other], ignore_index=True), list(SimulationConfig().columns()),
+                         ["--alpha", "0.8", "--profiles", "mine0.toml", "--gamma", "0,3,5"], alpha_measured=False)
+    runs = table[table["measurement"].str.contains("one with it")]
+    for scope, rows in runs.groupby("scope"):
+        draft = scope.split("=", 1)[1]
+        assert rows["command"].str.contains(f"spec-1.json:draft={draft} ").all()
+    command = runs["command"].iloc[0]
+    assert "--alpha" not in command and command.endswith("--gamma 0,3,5 --profiles mine0.toml,mine.toml --acceptance spec-1.json")

@@ -35,7 +35,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from .decisions import _runs, _scope_columns, best_gamma
+from .decisions import _groups, _runs, _scope_columns, _scope_label, best_gamma
 
 #: the CSV's columns, the first seven as the plan documents them
 MEASURE_NEXT_COLUMNS = ["decision", "measurement", "command", "interval_lo", "interval_hi", "after_lo", "after_hi",
@@ -116,9 +116,28 @@ def _now(frame: pd.DataFrame, alpha_measured: bool) -> Knowledge:
     return Knowledge(calibrated=bool(calibrated), alpha_measured=alpha_measured)
 
 
-def _plan_again(argv: Sequence[str], *extra: str) -> str:
-    """``specgauge plan`` as the user ran it, with ``extra`` options added."""
-    return shlex.join(["specgauge", "plan", *argv, *extra])
+def _plan_again(argv: Sequence[str], acceptance: str | None = None, profiles: str | None = None) -> str:
+    """``specgauge plan`` as the user ran it, with the measured acceptance in place of ``--alpha``
+    and the calibrated profile added to any ``--profiles`` given."""
+    args, given, skip = [], None, 0
+    for i, arg in enumerate(argv):
+        if skip:
+            skip -= 1
+            continue
+        name = arg.split("=", 1)[0]
+        if acceptance is not None and name in ("--alpha", "--acceptance"):
+            skip = 0 if "=" in arg else 1
+            continue
+        if profiles is not None and name == "--profiles":
+            given = arg.split("=", 1)[1] if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else "")
+            skip = 0 if "=" in arg else 1
+            continue
+        args.append(arg)
+    if profiles is not None:
+        args += ["--profiles", f"{given},{profiles}" if given else profiles]
+    if acceptance is not None:
+        args += ["--acceptance", acceptance]
+    return shlex.join(["specgauge", "plan", *args])
 
 
 def _bench(row: pd.Series, concurrency: int, result: str, server: str = "$SERVER") -> str:
@@ -142,7 +161,7 @@ def measurements(frame: pd.DataFrame, argv: Sequence[str], now: Knowledge) -> li
     if not now.alpha_measured:
         scrape = " && ".join(["curl -s $SPEC_SERVER/metrics > before.txt", _bench(first, low, "spec.json", "$SPEC_SERVER"),
                               "curl -s $SPEC_SERVER/metrics > after.txt",
-                              _plan_again(argv, "--acceptance", "before.txt,after.txt")])
+                              _plan_again(argv, acceptance="before.txt,after.txt")])
         out.append(Measurement("acceptance from the server's /metrics around a run with speculation", scrape,
                                replace(now, alpha_measured=True, alpha_sampled=True)))
         if str(first.get("draft_kind")) in ("model", "ngram"):
@@ -151,14 +170,14 @@ def measurements(frame: pd.DataFrame, argv: Sequence[str], now: Knowledge) -> li
             offline = " && ".join([shlex.join(["specgauge", "acceptance", "--target", "$TARGET_DIR", "--draft", draft,
                                                "--prompts", "prompts.jsonl", "--samples", "4", "--max-new-tokens",
                                                str(int(first.get("output_len") or 256))]).replace("'", ""),
-                                   _plan_again(argv, "--acceptance", f"specgauge-out/acceptance.jsonl:{label}")])
+                                   _plan_again(argv, acceptance=f"specgauge-out/acceptance.jsonl:{label}")])
             out.append(Measurement("acceptance of the draft on your prompts (teacher forcing)", offline,
                                    replace(now, alpha_measured=True, alpha_sampled=True)))
     calibrate = ["specgauge", "calibrate", "--gpu", gpu, "--target", target, "--tp", str(int(first.get("tp") or 1)),
                  "--serve", f"nospec-{low}.json", "--serve", f"nospec-{high}.json"]
     if not now.calibrated:
         runs = [_bench(first, low, f"nospec-{low}.json"), _bench(first, high, f"nospec-{high}.json"),
-                shlex.join([*calibrate, "--out", "mine.toml"]), _plan_again(argv, "--profiles", "mine.toml")]
+                shlex.join([*calibrate, "--out", "mine.toml"]), _plan_again(argv, profiles="mine.toml")]
         out.append(Measurement(f"vllm bench serve without speculation at concurrency {low} and {high}, then calibrate",
                                " && ".join(runs), replace(now, calibrated=True)))
     if not (now.calibrated and now.alpha_measured):
@@ -166,7 +185,7 @@ def measurements(frame: pd.DataFrame, argv: Sequence[str], now: Knowledge) -> li
         runs = ([] if now.calibrated else [_bench(first, low, f"nospec-{low}.json"), _bench(first, high, f"nospec-{high}.json")]) \
             + [_bench(first, low, f"spec-{low}.json", "$SPEC_SERVER"),
                shlex.join([*calibrate, "--serve", f"spec-{low}.json:draft={draft}", "--out", "mine.toml"]),
-               _plan_again(argv, "--profiles", "mine.toml", "--acceptance", f"spec-{low}.json")]
+               _plan_again(argv, f"spec-{low}.json", "mine.toml")]
         what = "one run with speculation" if now.calibrated else \
             f"runs without speculation at concurrency {low} and {high} and one with it at {low}"
         out.append(Measurement(f"vllm bench serve: {what}, then calibrate", " && ".join(runs),
@@ -190,22 +209,17 @@ def measure_next(frame: pd.DataFrame, config_columns: Sequence[str], argv: Seque
     (in log units)."""
     scope_cols = _scope_columns(frame, config_columns)
     now_rows = {_key(r): r for r in best_gamma(frame, scope_cols) if r.get("speedup_lo") is not None}
+    knowledge = _now(frame, alpha_measured)
+    after_by_level: dict[Knowledge, dict[tuple, dict]] = {}
     out = []
-    for measurement in measurements(frame, argv, _now(frame, alpha_measured)):
-        after_rows = {_key(r): r for r in best_gamma(intervals_at(frame, measurement.after, profiles), scope_cols)}
-        for key, now in now_rows.items():
-            after = after_rows.get(key)
-            if after is None or after.get("speedup_lo") is None:
-                continue
-            width_now = _width(now["speedup_lo"], now["speedup_hi"])
-            width_after = _width(after["speedup_lo"], after["speedup_hi"])
-            narrowing = 1.0 - width_after / width_now if math.isfinite(width_now) and width_now > 0 else 0.0
-            out.append({"decision": now["decision"], "measurement": measurement.name, "command": measurement.command,
-                        "interval_lo": now["speedup_lo"], "interval_hi": now["speedup_hi"],
-                        "after_lo": after["speedup_lo"], "after_hi": after["speedup_hi"],
-                        "scope": now["scope"], "batch_size": now["batch_size"], "qps": now["qps"],
-                        "gamma": now["gamma"], "speedup": now["speedup"], "gammas_within": now["gammas_within"],
-                        "after_gammas_within": after["gammas_within"], "narrowing": narrowing})
+    for skey, scoped in _groups(frame, scope_cols):   # commands name each scope's own GPU, target and draft
+        scope = _scope_label(skey, scope_cols)
+        for measurement in measurements(scoped, argv, knowledge):
+            if measurement.after not in after_by_level:   # one pass of the planner's path per level
+                after_by_level[measurement.after] = {
+                    _key(r): r for r in best_gamma(intervals_at(frame, measurement.after, profiles), scope_cols)}
+            after_rows = after_by_level[measurement.after]
+            out += _rows(measurement, {k: v for k, v in now_rows.items() if v["scope"] == scope}, after_rows)
     table = pd.DataFrame(out, columns=MEASURE_NEXT_COLUMNS)
     for column in ("batch_size", "gamma"):
         table[column] = pd.to_numeric(table[column]).astype("Int64")
@@ -213,6 +227,25 @@ def measure_next(frame: pd.DataFrame, config_columns: Sequence[str], argv: Seque
     keys = table.assign(_m=table["measurement"].map(order))
     return table.loc[keys.sort_values(["scope", "batch_size", "qps", "decision", "_m"], kind="stable").index] \
         .reset_index(drop=True)
+
+
+def _rows(measurement: Measurement, now_rows: dict[tuple, dict], after_rows: dict[tuple, dict]) -> list[dict]:
+    """The table's rows of one measurement: each decision's interval now and after it."""
+    out = []
+    for key, now in now_rows.items():
+        after = after_rows.get(key)
+        if after is None or after.get("speedup_lo") is None:
+            continue
+        width_now = _width(now["speedup_lo"], now["speedup_hi"])
+        width_after = _width(after["speedup_lo"], after["speedup_hi"])
+        narrowing = 1.0 - width_after / width_now if math.isfinite(width_now) and width_now > 0 else 0.0
+        out.append({"decision": now["decision"], "measurement": measurement.name, "command": measurement.command,
+                    "interval_lo": now["speedup_lo"], "interval_hi": now["speedup_hi"],
+                    "after_lo": after["speedup_lo"], "after_hi": after["speedup_hi"],
+                    "scope": now["scope"], "batch_size": now["batch_size"], "qps": now["qps"],
+                    "gamma": now["gamma"], "speedup": now["speedup"], "gammas_within": now["gammas_within"],
+                    "after_gammas_within": after["gammas_within"], "narrowing": narrowing})
+    return out
 
 
 def write_measure_next(frame: pd.DataFrame, config_columns: Sequence[str], argv: Sequence[str], alpha_measured: bool,
