@@ -124,7 +124,7 @@ class ServerCertificate:
             return (f"FAIL ({self.mode}: {what}): {', '.join(dict.fromkeys(failed['check']))} rejected exactness "
                     f"at false-fail {total:.1g} ({first['check']}{where}: {size}p-value {float(first['pvalue']):.3g})"
                     f"\nthese samples are off {self._against(failed)}: an exact server fails this way with probability "
-                    f"at most {total:.1g}")
+                    f"at most {total:.1g}" + (self._which_half(f, failed) if self.mode == "logprobs" else ""))
         joint = f[kinds.isin(("joint", "joint-topk"))]
         gaps = f[(f["verdict"] == "untested") & ~kinds.isin(("joint", "joint-topk", "independence", "dispersion"))]
         untested = [f"{c}[{p}]" if p else c for c, p in gaps[["check", "position"]].values]
@@ -161,6 +161,31 @@ class ServerCertificate:
         return (f"  closeness per context ({', '.join(rows['position'])}): each tested context's next-token law at "
                 f"worst-case TV <= {float(head['min_detectable_tv']):.3g} (calibrated by simulation, not proven; "
                 f"worst {head['position']}; the rows name the contexts left untested)\n")
+
+    @staticmethod
+    def _which_half(f, failed) -> str:
+        """A logprobs FAIL: whether the sampling or the reported logprobs failed, from the cross-check
+        rows where they ran (dependent draws are the sampler's alone)."""
+        kinds = failed["detectable"].map(_kind)
+        law = failed[~kinds.isin(("independence", "dispersion"))]
+        own = bool((~law["check"].str.contains(":")).any())
+        cross = bool(law["check"].str.contains(":").any())
+        ran = bool(f["check"].str.contains(":").any())
+        dependent = "; its draws are dependent too" if len(law) < len(failed) else ""
+        if law.empty:
+            return "\nthe sampling failed: its draws are dependent (each law may still be right)"
+        if not ran:
+            return ("\nwhich half failed is not known: the sampler, or the logprobs it reports (compare --mode logprobs "
+                    f"--reference MODEL_DIR, or --baseline OFF.jsonl, cross-checks the reported law){dependent}")
+        if own and not cross:
+            return ("\nthe reporting failed, not the sampling: the samples follow the cross-check's law, and the "
+                    "logprobs the server reports are off them (logprobs of another temperature, or before truncation: "
+                    f"vLLM's --logprobs-mode processed_logprobs){dependent}")
+        if cross and not own:
+            return ("\nthe sampling failed: the samples are off the cross-check's law and follow the law the server "
+                    f"reports, so its logprobs report the wrong law it samples{dependent}")
+        return ("\nthe sampling failed: the samples are off the cross-check's law, and off the law the server reports "
+                f"as well{dependent}")
 
     def _against(self, failed) -> str:
         """Which law the failing rows' draws are off: the mode's, or a cross-check's."""
