@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import shlex
+from pathlib import Path
 from dataclasses import dataclass, replace
 from typing import Sequence
 
@@ -238,7 +239,10 @@ def _rows(measurement: Measurement, now_rows: dict[tuple, dict], after_rows: dic
             continue
         width_now = _width(now["speedup_lo"], now["speedup_hi"])
         width_after = _width(after["speedup_lo"], after["speedup_hi"])
-        narrowing = 1.0 - width_after / width_now if math.isfinite(width_now) and width_now > 0 else 0.0
+        if math.isfinite(width_now):
+            narrowing = 1.0 - width_after / width_now if width_now > 0 else 0.0
+        else:   # unbounded now: any bound is all the narrowing there is
+            narrowing = 1.0 if math.isfinite(width_after) else 0.0
         out.append({"decision": now["decision"], "measurement": measurement.name, "command": measurement.command,
                     "interval_lo": now["speedup_lo"], "interval_hi": now["speedup_hi"],
                     "after_lo": after["speedup_lo"], "after_hi": after["speedup_hi"],
@@ -255,7 +259,7 @@ def write_measure_next(frame: pd.DataFrame, config_columns: Sequence[str], argv:
 
     table = measure_next(frame, config_columns, argv, alpha_measured, profiles)
     write_csv_atomic(table, path, metadata)
-    line = best_line(table)
+    line = best_line(table, Path(path).name)
     return [f"wrote {path}: {len(table)} measurements × decisions, each with the interval after it"] + \
         ([line] if line else [])
 
@@ -283,14 +287,14 @@ def _set(gammas: object, swept: set[int]) -> str:
     return "{" + (_runs(gammas, swept) if isinstance(gammas, str) and gammas else "") + "}"
 
 
-def best_line(table: pd.DataFrame) -> str | None:
+def best_line(table: pd.DataFrame, csv_name: str = "plan_measure_next.csv") -> str | None:
     """The console's one line: what to measure next, what it narrows, and the command."""
     row = best_row(table)
     if row is None:
         return None
     if row["narrowing"] <= 0.0:
         return ("Measure next: no listed measurement narrows a best-γ interval further (each rests on the residual "
-                "pool it has); plan_measure_next.csv lists them")
+                f"pool it has); {csv_name} lists them")
     swept = {0} | {int(g) for text in table["gammas_within"].dropna() for g in str(text).split(",")}
     metric = "TPOT" if row["decision"].endswith("latency") else "throughput"
     where = f"batch cap {int(row['batch_size'])}" if pd.notna(row["batch_size"]) else "this load"
@@ -301,4 +305,4 @@ def best_line(table: pd.DataFrame) -> str | None:
         sets = f", γ within it {_set(row['gammas_within'], swept)} → {_set(row['after_gammas_within'], swept)}"
     return (f"Measure next: {row['measurement']}: γ {int(row['gamma'])}'s {metric} speed-up at {where} would go from "
             f"[{row['interval_lo']:.2f}, {row['interval_hi']:.2f}] to [{row['after_lo']:.2f}, {row['after_hi']:.2f}]"
-            f"{sets} (every row: plan_measure_next.csv). Run: {row['command']}")
+            f"{sets} (every row: {csv_name}). Run: {row['command']}")
