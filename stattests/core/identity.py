@@ -33,7 +33,8 @@ Two figures come from that bound:
 
 On at most 50 tokens (:mod:`specgauge.stattests.core.subsets`) the empirical TV against
 every subset's exact binomial law runs beside it, each test at half the rate: the figure
-is the smaller proven one, the p-value twice the smaller. On wider laws a second plan
+is the smaller proven one, the p-value twice the smaller; on up to 1,000 tokens it does so
+where its figure is smaller than the others' at the whole rate. On wider laws a second plan
 (:class:`CoarsePlan`) takes the split's place where its proven figure is smaller: the same
 scan over a coarsening of p (the heaviest tokens one by one, the middle M and the light
 tail T as two groups) and Z on M, each at half the rate; its figure is the scan's + s*/2 +
@@ -57,7 +58,7 @@ import numpy as np
 from scipy import optimize, special, stats
 
 from specgauge.errors import InvalidDistributionError
-from specgauge.stattests.core.subsets import MAX_TOKENS, SubsetTest, subset_statistic, subset_test_plan
+from specgauge.stattests.core.subsets import ALWAYS_TOKENS, SubsetTest, subset_statistic, subset_test_plan
 from specgauge.stattests.core.tail_bounds import ZTailBound, _window, z_tail_bound
 from specgauge.stattests.core.statistics import (DEFAULT_FALSE_FAIL, DEFAULT_FALSE_PASS, TestResult,
                                                  _occurrence_min_tv, _validate_rates, pearson3_isf, validate_probs)
@@ -713,11 +714,12 @@ def identity_test(
     order, p = _sorted(p)
     c = c[order]
     rate = float(false_fail_rate)
-    subsets = subset_test_plan(n, p, rate / 2, false_pass_rate)
+    subsets = _subsets_used(n, p.tobytes(), rate, float(false_pass_rate))
     if subsets is not None:  # both tests at half the rate each: the subsets' worst case, Z's power on diffuse biases
         rate /= 2
     split, bound, critical = _plan(n, p.tobytes(), rate, float(false_pass_rate))
-    coarse = _coarse_plan(n, p.tobytes(), rate, float(false_pass_rate)) if p.size > MAX_TOKENS else None
+    wide = subsets is None and p.size > ALWAYS_TOKENS
+    coarse = _coarse_plan(n, p.tobytes(), rate, float(false_pass_rate)) if wide else None
     if coarse is not None and coarse.proven_tv < split.proven_tv:  # chosen from n, p and the rates alone
         return _coarse_result(coarse, c, p, n, hits, measured, false_fail_rate)
     z = float(middle_statistic(c, p, split.weights))
@@ -800,17 +802,27 @@ def min_discrepancy_of_identity_test(n: int, probs: np.ndarray, *, false_fail_ra
         return math.inf
     if p.size == 1:
         return _occurrence_min_tv(n, false_pass_rate)
-    subsets = subset_test_plan(n, p, false_fail_rate / 2, false_pass_rate)  # its power is exact: proven = estimated
-    small = subsets.proven_tv if subsets is not None else math.inf
-    if subsets is not None:  # the two tests share the rate
-        false_fail_rate /= 2
-    wide = p.size > MAX_TOKENS
     if proven and not fast:
-        figure = _plan(n, p.tobytes(), float(false_fail_rate), float(false_pass_rate))[0].proven_tv
-        coarse = _coarse_plan(n, p.tobytes(), float(false_fail_rate), float(false_pass_rate)) if wide else None
-        return min(small, figure, coarse.proven_tv if coarse is not None else math.inf)
-    if wide:
-        small = _coarse_fast(n, p, float(false_fail_rate), float(false_pass_rate), proven)
+        subsets = _subsets_used(n, p.tobytes(), float(false_fail_rate), float(false_pass_rate))
+        if subsets is not None:  # the two tests share the rate
+            return min(subsets.proven_tv, _plan(n, p.tobytes(), float(false_fail_rate) / 2,
+                                                         float(false_pass_rate))[0].proven_tv)
+        return _without_subsets(n, p.tobytes(), float(false_fail_rate), float(false_pass_rate))
+    # for sizing: the subset test's figure is exact; the split test's and the coarse plan's
+    # take Z's analytic critical value (and with ``proven=False`` its normal lower tail)
+    subsets = subset_test_plan(n, p, false_fail_rate / 2, false_pass_rate)
+    small = subsets.proven_tv if subsets is not None else math.inf
+    if subsets is None or p.size > ALWAYS_TOKENS:
+        alone = _split_fast(n, p, float(false_fail_rate), float(false_pass_rate), proven)
+        if p.size > ALWAYS_TOKENS:
+            alone = min(alone, _coarse_fast(n, p, float(false_fail_rate), float(false_pass_rate), proven))
+        if subsets is None or small >= alone:
+            return alone
+    return min(small, _split_fast(n, p, false_fail_rate / 2, float(false_pass_rate), proven))
+
+
+def _split_fast(n: int, p: np.ndarray, false_fail_rate: float, false_pass_rate: float, proven: bool) -> float:
+    """The split test's figure with Z's analytic critical value: for sizing."""
     heavy, t, exponent, floor = _choose(n, p.tobytes(), float(false_fail_rate), float(false_pass_rate))
     w, tail = _layout(n, p, heavy, t, exponent, floor)
     tail_mass = float(p[tail].sum())
@@ -818,7 +830,28 @@ def min_discrepancy_of_identity_test(n: int, probs: np.ndarray, *, false_fail_ra
     x, y = _split_figures(n, p, heavy, tail_mass, parts, false_fail_rate, false_pass_rate)
     s = _middle_shift(n, _middle_summary(p, w), _analytic_critical(n, p, w, false_fail_rate / parts),
                       false_pass_rate, proven)
-    return min(small, 0.5 * (x + y + 2 * tail_mass + s))
+    return 0.5 * (x + y + 2 * tail_mass + s)
+
+
+def _without_subsets(n: int, key: bytes, rate: float, beta: float) -> float:
+    """The proven figure of the split test, or of the coarse plan where it is sharper (wide laws)."""
+    figure = _plan(n, key, rate, beta)[0].proven_tv
+    if len(key) // 8 > ALWAYS_TOKENS:
+        coarse = _coarse_plan(n, key, rate, beta)
+        figure = min(figure, coarse.proven_tv if coarse is not None else math.inf)
+    return figure
+
+
+@lru_cache(maxsize=1024)
+def _subsets_used(n: int, key: bytes, rate: float, beta: float) -> SubsetTest | None:
+    """The subset test's plan at half ``rate`` where the identity row runs it beside the split
+    test (each at half the rate), else None: always on at most ALWAYS_TOKENS tokens; on wider
+    laws (up to the subset test's own limit) where its proven figure is smaller than that of
+    the split test or the coarse plan at the whole rate. Chosen from n, p and the rates alone."""
+    plan = subset_test_plan(n, np.frombuffer(key, dtype=np.float64), rate / 2, beta)
+    if plan is None or len(key) // 8 <= ALWAYS_TOKENS:
+        return plan
+    return plan if plan.proven_tv < _without_subsets(n, key, rate, beta) else None
 
 
 def min_num_samples_for_identity_test(tv: float, probs: np.ndarray, *, false_fail_rate: float = DEFAULT_FALSE_FAIL,
@@ -845,7 +878,7 @@ def _samples_for(tv: float, key: bytes, rate: float, beta: float, proven: bool, 
                                                 fast=fast)
 
     lo, hi = 1, 64
-    if p.size > MAX_TOKENS:  # a wide law's figure costs more: start near n (figure / tv)², as it falls as 1/√n
+    if p.size > ALWAYS_TOKENS:  # a wide law's figure costs more: start near n (figure / tv)², as it falls as 1/√n
         figure = reached(4096)
         if math.isfinite(figure) and figure > tv:
             lo = hi = max(64, int(4096 * (figure / tv) ** 2 / 1.2))
