@@ -129,7 +129,7 @@ EXAMPLES: tuple[Example, ...] = (
         # another machine); the law, the ranking and the plan do not
         varies=(r"measured \d+\.\d+ \[\d+\.\d+, \d+\.\d+\] over \d+ rounds: intervals \w+",)),
     Example("acceptance-server-metrics", "docs/acceptance.md", (
-        "specgauge simulate --gamma 3 --acceptance before.txt,after.txt --batch-size 8 --requests 400",),
+        "specgauge simulate --gamma 3 --acceptance before.txt,after.txt --batch-size 8 --requests 400 | grep acceptance",),
         setup=f"cp {ROOT / 'docs/examples/vllm-metrics'}/*.txt ."),
     Example("validation-table", "docs/validation.md", (f"{VALIDATE}",), table=True, slow=True),
     Example("validation-knee-study", "docs/validation.md", (f"{VALIDATE} --knee-study",), table=True, slow=True),
