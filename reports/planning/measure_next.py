@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from .decisions import _groups, _runs, _scope_columns, _scope_label, best_gamma
+from .intervals import LEVEL, add_intervals
 
 #: the CSV's columns, the first seven as the plan documents them
 MEASURE_NEXT_COLUMNS = ["decision", "measurement", "command", "interval_lo", "interval_hi", "after_lo", "after_hi",
@@ -47,7 +48,6 @@ NUM_PROMPTS = 200
 #: what a row's step model source says once it is calibrated on own runs (``intervals.row_group``
 #: reads every source not beginning "datasheet prior" as calibrated)
 CALIBRATED_SOURCE = "calibrated on own runs (simulated for measure-next)"
-LEVEL = 0.9
 
 
 @dataclass(frozen=True)
@@ -94,8 +94,6 @@ def intervals_at(frame: pd.DataFrame, knowledge: Knowledge, profiles: str | None
     """``frame``'s rows with the intervals the planner gives at ``knowledge``: the planner's own
     ``intervals.add_intervals``, the step model marked calibrated where the knowledge says so,
     α's spread per (α, γ) group where the acceptance is measured over a known sample."""
-    from .intervals import add_intervals
-
     rows = frame.copy()
     if knowledge.calibrated and "step_model_source" in rows:
         prior = rows["step_model_source"].astype(str).str.startswith("datasheet prior")
