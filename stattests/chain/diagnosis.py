@@ -89,6 +89,20 @@ def _one_law(name: str) -> bool | None:
     return bool(np.allclose(fixture.target, fixture.target[0]))
 
 
+#: A fixture whose every drafted position leaves less residual mass max(p − q, 0) than this
+#: has a near-identical draft: a wrong correction moves at most this much of its law.
+SMALL_RESIDUAL = 0.05
+
+
+def _small_residual(name: str) -> bool | None:
+    """Whether every drafted position of the fixture leaves a residual mass (1 − α) below
+    SMALL_RESIDUAL (None: no single law to read, or nothing drafted)."""
+    fixture = _fixtures().get(name)
+    if fixture is None or fixture.kind != "pair" or not fixture.context_free or not fixture.gamma:
+        return None
+    return bool((1.0 - fixture.acceptance()).max() < SMALL_RESIDUAL)
+
+
 def diagnose(frame: pd.DataFrame) -> tuple[Cause, ...]:
     """The likely bug classes of a chain certificate's failures, most likely first (at most
     two); none when nothing failed, or when every call raised (then the error is the cause)."""
@@ -141,6 +155,7 @@ def diagnose(frame: pd.DataFrame) -> tuple[Cause, ...]:
         one_law_failed = {n for n in off if _one_law(n)}
         rows_own = {n for n in off if getattr(_fixtures().get(n), "sampler", None) is not None}
         position_dependent = {n for n in off if _one_law(n) is False}
+        near = {n for n in off if _small_residual(n)}
         # where the failures lie (a late position, the bonus, small calls, rows with their own
         # laws, laws that change with the position) names the path; else how they lie does
         if late and set(late) == _set(drafted):
@@ -156,6 +171,12 @@ def diagnose(frame: pd.DataFrame) -> tuple[Cause, ...]:
         elif rows_own and off <= rows_own and any(_one_law(n) is not None for n in calm):
             add("row-mixup", "a row reads another row's law (its q or p): wrong only where rows have their own laws",
                 f"off only on {', '.join(sorted(rows_own))}, whose rows have their own laws")
+        elif (near and off <= near and drafted.shape[0] and not bonus.shape[0] and not accept.shape[0]
+              and any(_small_residual(n) is False for n in calm)):
+            add("small-residual", "the correction is drawn from the wrong law only when the residual "
+                "max(p - q, 0) is small (a near-identical draft): a guard for an empty residual whose "
+                "threshold is too large, drawing from p", f"the drafted positions off only on {', '.join(sorted(near))}, "
+                f"whose residual mass is under {SMALL_RESIDUAL:g}; on the law where it is larger")
         elif position_dependent and one_law_passed and not one_law_failed and drafted.shape[0]:
             add("position-shift", "a draft position is checked against another position's target row (an "
                 "off-by-one between draft position and target row)",
@@ -195,6 +216,21 @@ def diagnosis_lines(frame: pd.DataFrame) -> list[str]:
     return lines
 
 
+def blind_spots(frame: pd.DataFrame) -> list[str]:
+    """What the run's fixtures cannot see, when every one of them has the same target law at every
+    position: a token taken from the wrong position (a bonus or a correction read from another
+    position's row, an off-by-one between draft and target rows) has the right law there and
+    passes. One fixture whose laws differ by position (or rows with laws of their own) sees it."""
+    names = sorted(set(frame["fixture"].astype(str)))
+    if not names or not all(_one_law(n) for n in names):
+        return []
+    which = f"{names[0]} has" if len(names) == 1 else f"{', '.join(names)} have"
+    return [f"  cannot see: {which} the same p at every position, so a token taken from the wrong "
+            "position (a bonus or correction read from another position's row) passes here; "
+            "position-dependent, near-identical and batchN-gγ have a law of their own at each position"]
+
+
 def summary(cert, csv_path: str | None = None) -> str:
-    """A chain certificate's summary with its likely cause under the verdict."""
-    return cert.summary(csv_path, diagnosis_lines(cert.frame))
+    """A chain certificate's summary with its likely cause under the verdict, and what its
+    fixtures cannot see under the figures."""
+    return cert.summary(csv_path, diagnosis_lines(cert.frame), blind_spots(cert.frame))

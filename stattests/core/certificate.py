@@ -189,8 +189,8 @@ class Certificate:
         if not self.verdicts["exact"] or shares.empty or not shares.notna().any():
             return None
         per = ", ".join(f"{fx} {v:.0f}%" for fx, v in zip(bound["fixture"], shares))
-        return (f"  exact, at {shares.min():.0f}-{shares.max():.0f}% of the optimal first-level acceptance "
-                f"(Hu et al. 2025 LP bound; {per})")
+        return (f"  acceptance at {shares.min():.0f}-{shares.max():.0f}% of the optimal first-level acceptance "
+                f"an exact verifier can reach (Hu et al. 2025 LP bound; {per})")
 
     def _false_fail_line(self, rate: pd.Series) -> str:
         """The family-wise false-fail rate: proven (Bonferroni over the rows whose own rate is
@@ -204,21 +204,43 @@ class Certificate:
                      f"(asymptotic laws; column false_fail_basis)")
         return line
 
-    def summary(self, csv_path: str | None = None, diagnosis: Sequence[str] = ()) -> str:
+    def _exactness_verdict(self, rate: pd.Series) -> str:
+        """The exactness verdict in words a reader takes at their value. A pass is not a proof that
+        the decoder is exact: it says no deviation of the stated TV was found on these fixtures, at
+        the stated false-fail rate. A fail is a finding ("exact: NO"), at that rate too."""
+        f = self.frame
+        family = min(1.0, float(rate[rate.notna()].sum())) if rate.notna().any() else math.nan
+        ffr = f"false-fail rate {family:.2g}" if np.isfinite(family) else "false-fail rate not stated"
+        if not self.verdicts["exact"]:
+            return f"exact: NO, a deviation from p found ({ffr})"
+        ran = f[f["verdict"] != "untested"]
+        guarantee = ran[ran["detectable"].astype(str).str.startswith("GUARANTEE")]
+        worst = guarantee.groupby("fixture")["min_detectable_tv"].max().astype(float)
+        sized = worst[np.isfinite(worst) & (worst < 1)]
+        blind = sorted(set(ran.loc[ran["family"] == "exactness", "fixture"]) - set(sized.index))
+        if sized.empty:
+            return f"exactness: no deviation from p found by the checks on these fixtures ({ffr}; directional figures below)"
+        each = "" if len(sized) == 1 else f", {sized.min():.3g} ({sized.idxmin()}) at the finest"
+        unsized = f"; no worst-case figure on {', '.join(blind)}" if blind else ""
+        return (f"exactness: no deviation of TV ≥ {sized.max():.3g} from p found on these fixtures "
+                f"({ffr}, power 0.999{each}{unsized})")
+
+    def summary(self, csv_path: str | None = None, diagnosis: Sequence[str] = (), unseen: Sequence[str] = ()) -> str:
         """The verdict in a few lines, then the first failures; a longer listing ends with how many more
         there are and where (``csv_path``, the certificate's file, when it is written). ``diagnosis``:
         lines naming the likely cause of the failures, printed under the verdict (a room's reading of
-        its own checks: ``specgauge.stattests.chain.diagnosis``)."""
+        its own checks: ``specgauge.stattests.chain.diagnosis``); ``unseen``: lines saying what these
+        fixtures cannot see, printed under the figures."""
         f = self.frame
         v = self.verdicts
         lines = [f"decoder {', '.join(sorted(set(f['decoder'])))}: {len(f)} assertions, "
                  f"{int((f['verdict'] == 'fail').sum())} failed"]
         raised = self._every_call_raised()
-        lines.append(f"  exact: NO; every call raised: {raised}" if raised else
-                     f"  exact: {'yes' if v['exact'] else 'NO'}; optimal acceptance (1 - TV, the law): "
-                     f"{'yes' if v['optimal_acceptance'] else self._why_not_optimal()}")
-        lines += [] if raised else list(diagnosis)
         rate = f["false_fail_rate"].astype(float)
+        lines.append(f"  exact: NO; every call raised: {raised}" if raised else
+                     f"  {self._exactness_verdict(rate)}; optimal acceptance (1 - TV, the law): "
+                     f"{'no departure found' if v['optimal_acceptance'] else self._why_not_optimal()}")
+        lines += [] if raised else list(diagnosis)
         guarantee = f["detectable"].astype(str).str.startswith("GUARANTEE")
         independence = f[(f["check"] == "independence-calls") & (f["verdict"] != "untested")]
         assumed = sorted(set(f.loc[guarantee & (f["verdict"] != "untested"), "fixture"]) - set(independence["fixture"]))
@@ -239,6 +261,7 @@ class Certificate:
                 lines.append(f"  {label}: {span}, power 0.999")
                 lines.append(f"    ({meaning}"
                              + (f"; no guarantee at this sample size on {', '.join(blind)}" if blind else "") + ")")
+        lines += list(unseen)
         if rate.notna().any():
             lines.append(self._false_fail_line(rate))
         share = self._optimal_share()
