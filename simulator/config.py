@@ -163,6 +163,9 @@ class SimulationConfig:
         if self.arrival == "closed" and self.qps is not None:
             raise ConfigError(f"--arrival closed is a closed loop at the batch cap (no request rate); drop --qps "
                               f"{self.qps:g} or use --arrival poisson")
+        if self.arrival == "closed" and self.requests < 2:
+            raise ConfigError(f"--arrival closed reads its rates between the first and last of the measured "
+                              f"requests' completions: give --requests 2 or more, got {self.requests}")
         if self.arrival == "trace" and self.trace is None:
             raise ConfigError("--arrival trace needs a workload trace file (--trace PATH)")
         if self.trace is not None and self.arrival != "trace":

@@ -26,7 +26,7 @@ from specgauge.simulator.policies import NoSpeculation
 from specgauge.simulator.replay import ReplayAcceptance
 from specgauge.simulator.trees import parse_tree, rank_rates, tree_acceptance, tree_shape
 from specgauge.simulator.profiles import GIB, GPU, Model, load_gpu, load_model, load_step_fit
-from specgauge.simulator.workload import Workload, closed_loop, make_workload
+from specgauge.simulator.workload import Workload, closed_loop, closed_loop_concurrency, make_workload
 
 _BASELINE_KEYS = ("output_throughput", "request_throughput", "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms",
                   "mean_e2el_ms", "p99_tpot_ms", "stable")
@@ -138,8 +138,8 @@ def prepare(config: SimulationConfig) -> Prepared:
                              config.output_len, config.length_dist, config.trace,
                              np.random.default_rng(arrival_ss), np.random.default_rng(length_ss))
     workload = _fit_workload(config, target, workload)
-    if config.arrival == "closed":
-        workload = closed_loop(workload, config.batch_size)
+    if config.arrival == "closed":   # no more warm-up requests than the KV cache can hold at once
+        workload = closed_loop(workload, min(config.batch_size, closed_loop_concurrency(plan, config.length_dist)))
     worst = int((workload.prompt + workload.output).max())
     for blocks, look in ((plan.total_blocks, config.parsed_policy.max_gamma), (plan.total_blocks_no_draft, 0)):
         if -(-(worst + look) // config.block_size) > blocks:

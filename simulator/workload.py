@@ -64,6 +64,15 @@ def closed_loop(workload: Workload, concurrency: int) -> Workload:
     return Workload(np.zeros(n + 2 * c), prompt, output, measured_range=(c, c + n))
 
 
+def closed_loop_concurrency(plan: object, length_dist: str) -> int:
+    """The most requests a closed loop can hold at once, whatever its batch cap: what the KV cache
+    admits of requests of the mean lengths (``MemoryPlan.max_concurrency_no_draft``, the larger of
+    the paired runs'), twice that when lengths are drawn (short ones pack closer). A cap above it
+    (``--batch-size 1000000``) would add millions of warm-up requests that never run together."""
+    most = max(int(getattr(plan, "max_concurrency_no_draft")), 1)
+    return most if length_dist == "fixed" else 2 * most
+
+
 def _lengths(rng: np.random.Generator, dist: str, mean: int, n: int) -> np.ndarray:
     if dist == "fixed":
         return np.full(n, mean, dtype=np.int64)

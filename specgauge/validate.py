@@ -23,6 +23,7 @@ import json
 import math
 import os
 import stat
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -279,15 +280,54 @@ def one_line_error(parser: argparse.ArgumentParser, message: str) -> None:
     parser.exit(2, f"{parser.prog}: error: {message} (see {parser.prog} --help)\n")
 
 
+#: actions that take an option any number of times by design
+_REPEATABLE = (argparse._AppendAction, argparse._AppendConstAction, argparse._CountAction, argparse._HelpAction,
+               argparse._VersionAction)
+
+
+def repeated_option(parser: argparse.ArgumentParser, args: Sequence[str]) -> str | None:
+    """The first single-valued option given twice (``--rate 30 --rate 40``, ``--plot --no-plot``), in
+    words; None when there is none. argparse keeps the last silently; options made to repeat
+    (``action="append"``) are left alone. Tokens after ``--`` are values, not options."""
+    seen: dict[str, str] = {}
+    tokens = list(args)
+    for i, token in enumerate(tokens):
+        if token == "--":
+            break
+        if not token.startswith("-") or token == "-":
+            continue
+        name, eq, inline = token.partition("=")
+        action = parser._option_string_actions.get(name)
+        if action is None or isinstance(action, _REPEATABLE):
+            continue
+        value = inline if eq else (tokens[i + 1] if action.nargs != 0 and i + 1 < len(tokens) else "")
+        shown = f"{name} {' '.join(value.split())}".strip()[:80]   # one line whatever the value holds
+        if action.dest in seen:
+            return (f"argument {name}: given twice ({seen[action.dest]}, then {shown}); argparse would keep the "
+                    "last silently: give it once")
+        seen[action.dest] = shown
+    return None
+
+
 @contextlib.contextmanager
 def parser_errors_in_one_line() -> Iterator[None]:
-    """While a command runs, every argparse parser reports a bad option in one line."""
-    saved = argparse.ArgumentParser.error
+    """While a command runs, every argparse parser reports a bad option in one line, and refuses a
+    single-valued option given twice (``repeated_option``)."""
+    saved, saved_parse = argparse.ArgumentParser.error, argparse.ArgumentParser.parse_known_args
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def]
+        problem = repeated_option(self, sys.argv[1:] if args is None else args)
+        if problem:
+            self.error(problem)
+        return saved_parse(self, args, namespace)
+
     argparse.ArgumentParser.error = one_line_error  # type: ignore[method-assign]
+    argparse.ArgumentParser.parse_known_args = parse_known_args  # type: ignore[method-assign]
     try:
         yield
     finally:
         argparse.ArgumentParser.error = saved  # type: ignore[method-assign]
+        argparse.ArgumentParser.parse_known_args = saved_parse  # type: ignore[method-assign]
 
 
 # ---------------------------------------------------------------- file schemas

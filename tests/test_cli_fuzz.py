@@ -153,6 +153,9 @@ def test_every_option_of_every_parser_takes_any_value_in_one_line(data):
     name, parser, required, valued = data.draw(st.sampled_from(PARSERS), label="command")
     action = data.draw(st.sampled_from(valued), label="option")
     value = data.draw(nasty_text(), label="value")
+    if action.option_strings[0] in required:  # a required option is fuzzed in place: given twice, it is refused
+        at = required.index(action.option_strings[0])
+        required = required[:at] + required[at + 2:]
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()), parser_errors_in_one_line():
         try:

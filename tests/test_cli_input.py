@@ -81,3 +81,44 @@ def test_a_decoder_module_in_the_working_directory_hints_at_pythonpath(tmp_path,
     assert main(["law", "--decoder", "mymod_not_on_path:X", "--csv", str(tmp_path / "l.csv")]) == 2
     err = _err(capsys)
     assert "mymod_not_on_path.py is in the working directory" in err and "PYTHONPATH=." in err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["plan", "--rate", "30", "--rate", "40"], "argument --rate: given twice (--rate 30, then --rate 40)"),
+    (["plan", "--slo", "tpot:50", "--slo", "ttft:2000", "--rate", "30"], "argument --slo: given twice"),
+    (["plan", "--plot", "--no-plot"], "argument --no-plot: given twice (--plot, then --no-plot)"),
+    (["simulate", "--gamma=3", "--gamma", "4"], "argument --gamma: given twice (--gamma 3, then --gamma 4)"),
+    (["calibrate", "--gpu", "h100", "--gpu", "h200", "--target", "x"], "argument --gpu: given twice"),
+])
+def test_a_single_valued_option_given_twice_is_refused(argv, words, tmp_path, capsys):
+    assert main([*argv, "--csv" if argv[0] != "calibrate" else "--out", str(tmp_path / "x.csv")]) == 2
+    err = _err(capsys)
+    assert words in err and "\n" not in err
+    assert list(tmp_path.iterdir()) == []
+    # options made to repeat stay repeatable, and a value after -- is not an option
+    from specgauge.validate import repeated_option
+    from specgauge.reports.cli import calibrate
+
+    assert repeated_option(calibrate.build_parser(), ["--serve", "a.json", "--serve", "b.json"]) is None
+    assert repeated_option(calibrate.build_parser(), ["--out", "a", "--", "--out"]) is None
+
+
+def test_options_the_arrival_ignores_are_refused(tmp_path, capsys):
+    assert main(["simulate", "--arrival", "closed", "--arrival-cv", "2"]) == 2
+    assert "--arrival-cv 2 is read only by --arrival gamma (the arrival here is closed" in _err(capsys)
+    assert main(["plan", "--arrival-cv", "2", "--csv", str(tmp_path / "x.csv")]) == 2
+    assert "(the arrival here is poisson" in _err(capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_closed_loop_of_one_request_is_refused_and_a_huge_cap_runs_what_memory_holds(capsys):
+    assert main(["simulate", "--arrival", "closed", "--requests", "1"]) == 2
+    assert "give --requests 2 or more, got 1" in _err(capsys)   # was: output throughput nan, speedup nanx
+    # 2 x 1,000,000 warm-up and tail requests were minutes of silence; the loop holds what the KV cache holds
+    argv = ["simulate", "--arrival", "closed", "--batch-size", "1000000", "--gamma", "1", "--output-len", "64"]
+    assert main([*argv, "--requests", "200"]) == 2
+    assert "--requests 200 is below the 449 it keeps in flight" in _err(capsys)
+    assert main([*argv, "--requests", "449"]) == 0
+    out = capsys.readouterr().out
+    assert "the KV cache holds about 449 of these requests at once, so the closed loop runs 449" in out
+    assert "nan" not in out

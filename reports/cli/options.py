@@ -154,7 +154,8 @@ def check_combinations(configs: list[SimulationConfig], sweep: bool) -> None:
     """Refuse options that would be read and then do nothing, rather than run without them.
 
     ``--tree-acceptance`` is read only for a tree draft, so without ``--tree`` it is checked
-    and refused. ``--spec-batch-size`` can only lower the batch cap of the speculative run
+    and refused; ``--arrival-cv`` is read only by a gamma arrival, so it is refused where no
+    configuration has one. ``--spec-batch-size`` can only lower the batch cap of the speculative run
     (the engine runs min(batch cap, speculative cap)): above the batch cap it does nothing,
     refused for one configuration; a sweep refuses it above every swept batch cap (below
     some of them it is the engine's lowered cap, as SGLang's 48)."""
@@ -175,6 +176,11 @@ def check_combinations(configs: list[SimulationConfig], sweep: bool) -> None:
         if not any(c.tree is not None for c in given):
             raise UsageError(f"--tree-acceptance {given[0].tree_acceptance} is read only for a tree draft: add --tree "
                              "(e.g. topk:2x3) or drop it")
+    shaped = [c for c in configs if c.arrival_cv != 1.0]
+    if shaped and not any(c.arrival == "gamma" for c in shaped):
+        arrivals = ", ".join(dict.fromkeys(c.arrival for c in shaped))
+        raise UsageError(f"--arrival-cv {shaped[0].arrival_cv:g} is read only by --arrival gamma (the arrival here is "
+                         f"{arrivals}, which ignores it): add --arrival gamma or drop it")
     capped = [c for c in configs if c.spec_batch_size is not None]
     if capped:
         highest = max(c.batch_size for c in capped)

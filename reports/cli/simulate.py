@@ -109,6 +109,22 @@ def summary(row: dict, trace: str | None = None) -> str:
     return "\n".join(lines)
 
 
+def _closed_loop_notes(config, plan) -> None:
+    """A closed loop runs at most what the KV cache holds at once; fewer requests than that are read over
+    less than one turn of the batch."""
+    from specgauge.simulator.workload import closed_loop_concurrency
+
+    held = min(config.batch_size, closed_loop_concurrency(plan, config.length_dist))
+    if held < config.batch_size:
+        say(f"specgauge simulate: the KV cache holds about {held} of these requests at once, so the closed loop "
+            f"runs {held} (its warm-up and tail {held} requests each), not --batch-size {config.batch_size}")
+    if config.requests < held:   # they would all start, and with fixed lengths all finish, together
+        raise UsageError(f"--arrival closed measures the loop's steady state between the first and last of the "
+                         f"measured requests' completions, and --requests {config.requests} is below the {held} it "
+                         f"keeps in flight (less than one turn of the batch): give --requests {held} or more, or a "
+                         "lower --batch-size")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
@@ -119,9 +135,11 @@ def main(argv: list[str] | None = None) -> int:
         raise UsageError(f"γ {config.parsed_policy.max_gamma} drafts beyond the {spec.positions} positions "
                          "--acceptance measured; lower --gamma or use --acceptance-beyond geometric")
     try:  # the profiles and memory, before any work: what the options name must exist and fit
-        memory_plan(config)
+        plan = memory_plan(config)
     except ConfigError as exc:
         raise as_usage_error(exc) from None
+    if config.arrival == "closed":
+        _closed_loop_notes(config, plan)
     target = resolve_csv_target(args.csv, default_name="simulate.csv") if args.csv else None  # before any work
     for message in config.implausible():
         warn("simulate", message)
