@@ -150,11 +150,21 @@ class Draft:
         return DEFAULT_ACCEPTANCE[self.kind]
 
 
-def _with_pass_overhead(kind: str, cost: PassCost, gpu: GPU) -> PassCost:
-    """An EAGLE head's pass plus the proposer's own work around it (``GPU.draft_pass_overhead_ms``):
-    vLLM's EAGLE proposer prepares each pass's inputs and samples its token outside the captured
-    graph. MTP modules run their steps inside the engine's graphs (SGLang, TensorRT-LLM): no extra."""
-    return replace(cost, c_fixed=cost.c_fixed + gpu.draft_pass_overhead_ms * 1e-3) if kind == "eagle" else cost
+def _priced_as_layers(head: PassCost, target: PassCost, layers: int, gpu: GPU) -> PassCost:
+    """A head's pass as published runs price it: at batch 1 it costs ``GPU.draft_pass_layers`` of the
+    target's layers (the target's bare batch-1 pass ÷ its layer count), whatever the engine, TP or
+    attention kind, plus ``GPU.draft_pass_overhead_ms``; its growth with tokens, KV and experts stays
+    the head's own, priced from its shape.
+
+    A head pass runs one decoder layer of the target's shape with the same per-layer kernels,
+    collectives and (MLA) fixed kernels as a target layer, then an LM head, sampling and the
+    proposer's input preparation: the published batch-1 runs put the whole at 2.6-7.3 target
+    layers a source (``profiles.DRAFT_PASS_LAYERS``), where pricing the head from its shape alone
+    gave about one layer's fixed cost, so an MTP round on an MLA target cost little more than a
+    plain step."""
+    one = float(target.time(1.0, 0.0, 0.0))
+    fixed = gpu.draft_pass_layers / layers * one - float(head.linear(1.0))
+    return replace(head, c_fixed=max(fixed, 0.0) + gpu.draft_pass_overhead_ms * 1e-3)
 
 
 def _head_params(target: Model, kind: str) -> tuple[int, int]:
@@ -236,13 +246,13 @@ def build_draft(name: str | None, *, gpu: GPU, target: Model, target_cost: PassC
     else:
         moe = kind == "mtp" and target.is_moe
         routed = target.experts_per_token * target.expert_params if moe else 0
-        cost = PassDraft(_with_pass_overhead(kind, PassCost.from_shape(
+        cost = PassDraft(_priced_as_layers(PassCost.from_shape(
             gpu, linear_params=linear, kv_bytes_per_token=kv, attn_flops_per_ctx=4.0 * target.heads * target.head_dim,
             layers=2, hidden=target.hidden, dtype_bytes=head_bytes, tp=dtp, weight_params=linear - routed,
             expert_params=target.expert_params if moe else 0.0, moe_layers=int(moe), experts=target.experts if moe else 0,
             experts_per_token=target.experts_per_token if moe else 0,
             measured_experts=target.measured_experts if moe else None,
-            mla_layers=int(kind == "mtp" and target.is_mla)), gpu).split_ranks(dp))
+            mla_layers=int(kind == "mtp" and target.is_mla)), target_cost, target.layers, gpu).split_ranks(dp))
         if moe:
             cost = replace(cost, step=replace(cost.step, affinity=target.expert_affinity))
     # At TP 1 the head's weights and KV sit whole on one GPU, which bounds the KV blocks of all.

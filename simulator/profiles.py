@@ -62,6 +62,18 @@ MOE_LAYER_OVERHEAD_US = 1.5
 #: kernels of the same layer, so the constant carries them all, on MLA targets only.
 MLA_LAYER_OVERHEAD_US = 269.5
 
+#: An EAGLE or MTP head's pass at batch 1, in layers of the target's own batch-1 pass (the
+#: target's bare pass ÷ its layer count; ``drafts._priced_as_layers``). Published batch-1 runs
+#: that give each round's cost against the plain step put it at 2.6-7.3 layers a source: vLLM's
+#: EAGLE-3 head on Llama-3.1-8B on an H100 (SpecDecode-Bench's per-round fit, 3.85; vLLM issue
+#: #20780's K sweep, 7.3 over K = 2-7, which also carries a per-round cost), SGLang's DeepSeek-V3
+#: MTP on H200 (2.6), TensorRT-LLM's DeepSeek-R1 MTP on B200 (blog 2: 6.4; blog 1, layers 1-5:
+#: 4.8) and SGLang's Qwen3-30B-A3B EAGLE-3 on 2 x H100 (30.9, a run its source reports as
+#: degraded): the median over the six sources (``reports.planning.step_fits``), refitted without
+#: each in the leave-one-source-out folds. A head priced from its shape alone costs about one
+#: layer's fixed part, and an MTP round on an MLA target came out little more than a plain step.
+DRAFT_PASS_LAYERS = 5.6
+
 #: Bytes a weight; 4-bit formats (MXFP4 as AMD's Quark writes it, NVFP4) at half a byte, their
 #: block scales (one byte per 16-32 weights) left out.
 _DTYPE_BYTES = {"bf16": 2, "fp16": 2, "float16": 2, "bfloat16": 2, "fp8": 1, "fp32": 4, "float32": 4,
@@ -91,7 +103,8 @@ class GPU:
     compute_efficiency: float | None = 0.75  # MFU of the batched-token GEMMs; None: same as efficiency
     layer_overhead_us: float = 25.0     # per layer of a CUDA-graphed forward pass
     draft_layer_overhead_us: float = 65.0  # per layer of a separate draft model's pass (eager proposer)
-    draft_pass_overhead_ms: float = 0.38   # the proposer's own work per pass of an EAGLE head: inputs, sampling
+    draft_pass_layers: float = DRAFT_PASS_LAYERS  # an EAGLE/MTP head's batch-1 pass, in target layers (see the constant)
+    draft_pass_overhead_ms: float = 0.0    # a head pass's own work beyond draft_pass_layers (a user's measurement)
     step_overhead_ms: float = 1.21      # engine per step, with or without speculation (scheduler, input prep)
     spec_overhead_ms: float = 0.0       # extra per speculative step beyond the proposer's own cost
     sample_us_per_token: float = 1.0    # sampling / verification per batched token
@@ -99,7 +112,7 @@ class GPU:
     non_torch_gib: float = 1.0          # CUDA context, NCCL and cuBLAS workspaces, CUDA graphs
     knee: float = KNEE                  # sharpness of the pass's memory-to-compute knee (cost.blend)
     moe_knee: float = 1.0               # ... of a MoE target's pass: its per-token GEMM time adds to the expert reads
-    moe_token_factor: float = 2.55      # a MoE pass's per-token cost over the dense prior's (small grouped GEMMs)
+    moe_token_factor: float = 4.7       # a MoE pass's per-token cost over the dense prior's (small grouped GEMMs)
     moe_layer_overhead_us: float = MOE_LAYER_OVERHEAD_US  # fixed kernels a MoE layer adds to a pass (router, top-k, grouped GEMMs)
     mla_layer_overhead_us: float = MLA_LAYER_OVERHEAD_US  # fixed kernels an MLA layer adds to a pass (see the constant)
     source: str = "datasheet prior"
@@ -116,7 +129,8 @@ class GPU:
             value = getattr(self, name)
             if value is not None and not 0 < value <= 1:
                 raise ConfigError(f"GPU profile {self.name!r}: {name} must be in (0, 1], got {value!r}")
-        for name in ("layer_overhead_us", "draft_layer_overhead_us", "draft_pass_overhead_ms", "step_overhead_ms", "spec_overhead_ms",
+        for name in ("layer_overhead_us", "draft_layer_overhead_us", "draft_pass_layers", "draft_pass_overhead_ms",
+                     "step_overhead_ms", "spec_overhead_ms",
                      "sample_us_per_token", "allreduce_latency_us", "non_torch_gib", "moe_layer_overhead_us",
                      "mla_layer_overhead_us"):
             if not getattr(self, name) >= 0:
