@@ -11,7 +11,7 @@ from specgauge.reports.cli import main as cli_main
 from specgauge.reports.planning.decisions import _scope_columns, best_gamma
 from specgauge.reports.planning.intervals import add_intervals
 from specgauge.reports.planning.measure_next import (CALIBRATED_SOURCE, MEASURE_NEXT_COLUMNS, Knowledge, intervals_at,
-                                                     measure_next, measured_alpha_spread)
+                                                     best_line, measure_next, measured_alpha_spread)
 from specgauge.simulator import SimulationConfig
 
 SWEEP = ["--gamma", "0,3,5", "--batch-size", "1,64", "--requests", "60", "--no-plot", "--no-progress"]
@@ -98,3 +98,16 @@ def test_each_scope_names_its_own_deployment_and_the_plan_is_rerun_with_what_was
         assert rows["command"].str.contains(f"spec-1.json:draft={draft} ").all()
     command = runs["command"].iloc[0]
     assert "--alpha" not in command and command.endswith("--gamma 0,3,5 --profiles mine0.toml,mine.toml --acceptance spec-1.json")
+
+
+def test_where_plain_decoding_is_best_the_nearest_speculative_interval_is_the_one_to_narrow(planned):
+    frame, _, _ = planned
+    slower = frame.copy()
+    spec = slower["gamma"] > 0
+    for column in ("speedup_vs_no_spec", "tpot_speedup_vs_no_spec"):   # every γ loses a little: γ 0 is best
+        slower.loc[spec, column] = 0.9 - 0.01 * slower.loc[spec, "gamma"]
+    slower = add_intervals(slower)
+    table = measure_next(slower, list(SimulationConfig().columns()), SWEEP, alpha_measured=False)
+    assert len(table) and (table["gamma"] == 0).all() and (table["interval_gamma"] == 3).all()
+    assert (table["interval_lo"] < 1.0).all() and (table["interval_hi"] > 1.0).all()   # not γ 0's exact [1, 1]
+    assert best_line(table).count("no speculation is best, and the nearest, γ 3's") == 1

@@ -41,8 +41,8 @@ from .intervals import LEVEL, add_intervals
 
 #: the CSV's columns, the first seven as the plan documents them
 MEASURE_NEXT_COLUMNS = ["decision", "measurement", "command", "interval_lo", "interval_hi", "after_lo", "after_hi",
-                        "scope", "batch_size", "qps", "gamma", "speedup", "gammas_within", "after_gammas_within",
-                        "narrowing"]
+                        "scope", "batch_size", "qps", "gamma", "interval_gamma", "speedup", "gammas_within",
+                        "after_gammas_within", "narrowing"]
 #: requests a measurement run sends (``vllm bench serve --num-prompts``; prompts × samples offline)
 NUM_PROMPTS = 200
 #: what a row's step model source says once it is calibrated on own runs (``intervals.row_group``
@@ -180,14 +180,16 @@ def measurements(frame: pd.DataFrame, argv: Sequence[str], now: Knowledge) -> li
         out.append(Measurement(f"vllm bench serve without speculation at concurrency {low} and {high}, then calibrate",
                                " && ".join(runs), replace(now, calibrated=True)))
     if not (now.calibrated and now.alpha_measured):
-        draft = str(first.get("draft") or first.get("draft_kind") or "model")
-        runs = ([] if now.calibrated else [_bench(first, low, f"nospec-{low}.json"), _bench(first, high, f"nospec-{high}.json")]) \
-            + [_bench(first, low, f"spec-{low}.json", "$SPEC_SERVER"),
-               shlex.join([*calibrate, "--serve", f"spec-{low}.json:draft={draft}", "--out", "mine.toml"]),
-               _plan_again(argv, f"spec-{low}.json", "mine.toml")]
-        what = "one run with speculation" if now.calibrated else \
-            f"runs without speculation at concurrency {low} and {high} and one with it at {low}"
-        out.append(Measurement(f"vllm bench serve: {what}, then calibrate", " && ".join(runs),
+        spec_run = _bench(first, low, f"spec-{low}.json", "$SPEC_SERVER")
+        if now.calibrated:   # the step model is the user's already: the run's acceptance is what it adds
+            runs, what = [spec_run, _plan_again(argv, f"spec-{low}.json")], "one run with speculation"
+        else:
+            draft = str(first.get("draft") or first.get("draft_kind") or "model")
+            runs = [_bench(first, low, f"nospec-{low}.json"), _bench(first, high, f"nospec-{high}.json"), spec_run,
+                    shlex.join([*calibrate, "--serve", f"spec-{low}.json:draft={draft}", "--out", "mine.toml"]),
+                    _plan_again(argv, f"spec-{low}.json", "mine.toml")]
+            what = f"runs without speculation at concurrency {low} and {high} and one with it at {low}, then calibrate"
+        out.append(Measurement(f"vllm bench serve: {what}", " && ".join(runs),
                                Knowledge(calibrated=True, alpha_measured=True, alpha_sampled=True)))
     return out
 
@@ -207,7 +209,7 @@ def measure_next(frame: pd.DataFrame, config_columns: Sequence[str], argv: Seque
     after the measurement, as ``plan`` would print it; ``narrowing`` = 1 − after width / width now
     (in log units)."""
     scope_cols = _scope_columns(frame, config_columns)
-    now_rows = {_key(r): r for r in best_gamma(frame, scope_cols) if r.get("speedup_lo") is not None}
+    now_rows = {k: r for k, r in _decisions(frame, scope_cols).items() if r.get("speedup_lo") is not None}
     knowledge = _now(frame, alpha_measured)
     after_by_level: dict[Knowledge, dict[tuple, dict]] = {}
     out = []
@@ -215,17 +217,46 @@ def measure_next(frame: pd.DataFrame, config_columns: Sequence[str], argv: Seque
         scope = _scope_label(skey, scope_cols)
         for measurement in measurements(scoped, argv, knowledge):
             if measurement.after not in after_by_level:   # one pass of the planner's path per level
-                after_by_level[measurement.after] = {
-                    _key(r): r for r in best_gamma(intervals_at(frame, measurement.after, profiles), scope_cols)}
+                after_by_level[measurement.after] = _decisions(intervals_at(frame, measurement.after, profiles),
+                                                               scope_cols)
             after_rows = after_by_level[measurement.after]
             out += _rows(measurement, {k: v for k, v in now_rows.items() if v["scope"] == scope}, after_rows)
     table = pd.DataFrame(out, columns=MEASURE_NEXT_COLUMNS)
-    for column in ("batch_size", "gamma"):
+    for column in ("batch_size", "gamma", "interval_gamma"):
         table[column] = pd.to_numeric(table[column]).astype("Int64")
     order = {name: i for i, name in enumerate(dict.fromkeys(table["measurement"]))}   # per decision, as listed
     keys = table.assign(_m=table["measurement"].map(order))
     return table.loc[keys.sort_values(["scope", "batch_size", "qps", "decision", "_m"], kind="stable").index] \
         .reset_index(drop=True)
+
+
+RATIO_COLUMNS = {"best_gamma_latency": "tpot_speedup_vs_no_spec", "best_gamma_throughput": "speedup_vs_no_spec"}
+
+
+def _decisions(frame: pd.DataFrame, scope_cols: list[str]) -> dict[tuple, dict]:
+    """``best_gamma``'s decisions, keyed, each with the speed-up interval the decision turns on
+    (``interval_gamma``): the best γ's own, or, where plain decoding is best (γ 0, exact by
+    construction), that of the speculative γ nearest to beating it."""
+    rows = {_key(r): dict(r, interval_gamma=r["gamma"]) for r in best_gamma(frame, scope_cols)}
+    plain = [k for k, r in rows.items() if int(r["gamma"]) == 0 or r.get("speedup_lo") is None]
+    if not plain:
+        return rows
+    for skey, scoped in _groups(frame[frame["gamma"] > 0], scope_cols):
+        scope = _scope_label(skey, scope_cols)
+        for _, level in _groups(scoped, [c for c in ("batch_size", "qps") if c in scoped]):
+            first = level.iloc[0]
+            for decision, column in RATIO_COLUMNS.items():
+                key = _key({"decision": decision, "scope": scope, "batch_size": first.get("batch_size"),
+                            "qps": first.get("qps")})
+                if key not in plain or f"{column}_lo" not in level:
+                    continue
+                ratios = pd.to_numeric(level[column], errors="coerce")
+                if ratios.isna().all():
+                    continue
+                best = level.loc[ratios.idxmax()]
+                rows[key].update(interval_gamma=int(best["gamma"]), speedup_lo=float(best[f"{column}_lo"]),
+                                 speedup_hi=float(best[f"{column}_hi"]))
+    return rows
 
 
 def _rows(measurement: Measurement, now_rows: dict[tuple, dict], after_rows: dict[tuple, dict]) -> list[dict]:
@@ -245,7 +276,8 @@ def _rows(measurement: Measurement, now_rows: dict[tuple, dict], after_rows: dic
                     "interval_lo": now["speedup_lo"], "interval_hi": now["speedup_hi"],
                     "after_lo": after["speedup_lo"], "after_hi": after["speedup_hi"],
                     "scope": now["scope"], "batch_size": now["batch_size"], "qps": now["qps"],
-                    "gamma": now["gamma"], "speedup": now["speedup"], "gammas_within": now["gammas_within"],
+                    "gamma": now["gamma"], "interval_gamma": now["interval_gamma"], "speedup": now["speedup"],
+                    "gammas_within": now["gammas_within"],
                     "after_gammas_within": after["gammas_within"], "narrowing": narrowing})
     return out
 
@@ -301,6 +333,9 @@ def best_line(table: pd.DataFrame, csv_name: str = "plan_measure_next.csv") -> s
     sets = ""
     if isinstance(row["gammas_within"], str) and "," in row["gammas_within"]:
         sets = f", γ within it {_set(row['gammas_within'], swept)} → {_set(row['after_gammas_within'], swept)}"
-    return (f"Measure next: {row['measurement']}: γ {int(row['gamma'])}'s {metric} speed-up at {where} would go from "
+    whose = f"γ {int(row['interval_gamma'])}'s {metric} speed-up"
+    if int(row["gamma"]) == 0:
+        whose = f"no speculation is best, and the nearest, {whose},"
+    return (f"Measure next: {row['measurement']}: at {where} {whose} would go from "
             f"[{row['interval_lo']:.2f}, {row['interval_hi']:.2f}] to [{row['after_lo']:.2f}, {row['after_hi']:.2f}]"
             f"{sets} (every row: {csv_name}). Run: {row['command']}")
