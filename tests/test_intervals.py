@@ -178,7 +178,7 @@ def test_a_row_group_reads_the_target_profile_the_load_and_what_was_given():
 
 def test_the_shipped_pools_keep_figures_and_paths_apart():
     residuals = I.shipped_residuals()
-    assert set(residuals["figure"]) == {"ratio", "absolute"}
+    assert set(residuals["figure"]) == {"ratio", "absolute", "tail"}
     assert set(residuals["profile"]) <= set(I.PROFILES) and set(residuals["path"]) == {"loso", "user runs"}
     ratio = residuals[residuals["figure"] == "ratio"]
     assert set(ratio["measured"]) <= {"speedup", "decode_speedup", "throughput_ratio"}

@@ -41,7 +41,7 @@ def test_the_shipped_rows_run_as_their_sources_sent_requests():
     runs sending every prompt at once keep the saturated default."""
     table = V.shipped_table()
     closed = table[table["arrival"] == "closed"]
-    assert set(closed["source"]) == {"[10]", "[11]", "[19]"} and (closed["qps"] == "").all()
+    assert set(closed["source"]) == {"[10]", "[11]", "[19]", "[21]"} and (closed["qps"] == "").all()
     assert (table.loc[table["qps"] != "", "arrival"] == "poisson").all()
     assert V.row_config(closed.iloc[0]).arrival == "closed"
 

@@ -90,7 +90,7 @@ def coverage_lines(rows: pd.DataFrame, level: float) -> list[str]:
 
     bands = predicted["load"].map(load_band)
     figures = predicted["figure"] if "figure" in predicted else pd.Series("absolute", index=predicted.index)
-    names = {"ratio": "speed-ups", "absolute": "absolute"}
+    names = {"ratio": "speed-ups", "absolute": "absolute", "tail": "p99"}
     for (figure, kind, profile), group in predicted.assign(figure=figures).groupby(["figure", "kind", "profile"],
                                                                                     sort=True):
         lines.append(line(f"{names.get(figure, figure)}, {kind}, {profile} profile", group))
@@ -101,27 +101,38 @@ def coverage_lines(rows: pd.DataFrame, level: float) -> list[str]:
     return lines
 
 
+def _half(width: float) -> str:
+    """A median half-width as printed: ``±16 %``, or ``unbounded``."""
+    return f"±{width * 100:.0f} %" if np.isfinite(width) else "unbounded"
+
+
 def path_lines(prior: pd.DataFrame, runs: pd.DataFrame, level: float) -> list[str]:
     """The two paths' figures: the prior path with a measured acceptance (each source held out)
     and the user-runs protocol (its own residuals, each source held out)."""
     from specgauge.reports.planning import validation as V
 
     lines = []
+    tails = prior[prior["figure"] == "tail"]
+    if len(tails):
+        t = V.path_summary(tails)
+        lines.append(f"p99 rows (TPOT, TTFT at a stated load), each source held out: {t['within']} of {t['n']} within "
+                     f"±15 %; their {level * 100:.0f} % intervals (the p99 rows' own pool) cover {t['covered']} of "
+                     f"{t['n']}; median half-width {_half(t['half_width'])}")
     p = V.path_summary(prior)
     lines.append(f"prior path, measured acceptance, each source held out: {p['within']} of {p['n']} rows within "
                  f"±15 % ({p['within'] / max(p['n'], 1):.0%}); {level * 100:.0f} % intervals cover {p['covered']} of {p['n']} "
-                 f"({p['covered'] / max(p['n'], 1):.0%}); median speed-up half-width ±{p['speedup_half_width']:.0%} "
+                 f"({p['covered'] / max(p['n'], 1):.0%}); median speed-up half-width {_half(p['speedup_half_width'])} "
                  f"({p['speedups']} speed-ups); decisive {p['decisive']} of {p['clear']}")
     points = runs[runs["point"] != "speedup"]
     u = V.path_summary(points)
     speedups = V.path_summary(runs[runs["point"] == "speedup"])
     lines.append(f"user runs: {u['within']} of {u['n']} points within ±15 %; {level * 100:.0f} % intervals cover {u['covered']} "
-                 f"of {u['n']}; median half-width ±{u['half_width'] * 100:.0f} %; {u['curves']} curves from "
+                 f"of {u['n']}; median half-width {_half(u['half_width'])}; {u['curves']} curves from "
                  f"{u['sources']} sources")
     lines.append(f"decisive: {speedups['decisive']} of {speedups['clear']} (speed-ups published below 0.85 or above "
                  f"1.15 whose {level * 100:.0f} % interval excludes 1.0)")
     lines.append(f"  user runs' speed-ups: {speedups['within']} of {speedups['n']} within ±15 %; intervals cover "
-                 f"{speedups['covered']} of {speedups['n']}; median half-width ±{speedups['half_width'] * 100:.0f} %")
+                 f"{speedups['covered']} of {speedups['n']}; median half-width {_half(speedups['half_width'])}")
     return lines
 
 

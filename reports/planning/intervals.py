@@ -13,10 +13,11 @@ check of that assumption is ``validate``'s coverage with whole sources held out.
 
 Pools (``Group``) are what the planner knows about a figure:
 
-- ``figure``: a ratio of two runs on one deployment (a speed-up: ``ratio``) or an absolute
-  figure (TPOT, throughput, latency: ``absolute``). A ratio cancels most of what the step
-  model gets wrong about an engine; an absolute figure carries all of it. A ratio's interval
-  never takes an absolute figure's residuals, nor the other way round.
+- ``figure``: a ratio of two runs on one deployment (a speed-up: ``ratio``), an absolute
+  figure (mean TPOT, throughput, latency: ``absolute``) or a tail (a 99th percentile:
+  ``tail``). A ratio cancels most of what the step model gets wrong about an engine; an
+  absolute figure carries all of it; a tail adds what a fixed-length simulation leaves out
+  (length spread, scheduling). No figure's interval takes another kind's residuals.
 - ``profile``, what the user gave: ``prior`` (the datasheet prior and the shipped
   constants; with or without a measured acceptance, which is α's own term below),
   ``calibrated`` (a step model fitted on their own runs without speculation: ``specgauge
@@ -79,9 +80,9 @@ METRICS: dict[str, tuple[str, int]] = {
     "speedup_vs_no_spec": ("ratio", 1), "tpot_speedup_vs_no_spec": ("ratio", 1),
     "output_throughput": ("absolute", 1), "request_throughput": ("absolute", 1),
     "total_token_throughput": ("absolute", 1),
-    "mean_tpot_ms": ("absolute", -1), "median_tpot_ms": ("absolute", -1), "p99_tpot_ms": ("absolute", -1),
-    "mean_itl_ms": ("absolute", -1), "mean_e2el_ms": ("absolute", -1), "p99_e2el_ms": ("absolute", -1),
-    "mean_ttft_ms": ("absolute", 0),
+    "mean_tpot_ms": ("absolute", -1), "median_tpot_ms": ("absolute", -1), "p99_tpot_ms": ("tail", -1),
+    "mean_itl_ms": ("absolute", -1), "mean_e2el_ms": ("absolute", -1), "p99_e2el_ms": ("tail", -1),
+    "mean_ttft_ms": ("absolute", 0), "p99_ttft_ms": ("tail", 0),
     "no_spec_output_throughput": ("absolute", 0), "no_spec_mean_tpot_ms": ("absolute", 0),
     "no_spec_request_throughput": ("absolute", 0),
 }
@@ -102,7 +103,7 @@ class Group:
     load: str | None
 
     def label(self) -> str:
-        parts = [{"ratio": "speed-ups", "absolute": "absolute figures"}.get(self.figure, self.figure)]
+        parts = [FIGURE_WORDS.get(self.figure, self.figure)]
         parts += [p for p in (self.profile and f"{self.profile} profile", self.kind,
                               self.load and f"batch {self.load}") if p]
         return ", ".join(parts)
@@ -145,11 +146,19 @@ def load_band(load: float) -> str:
     return LOAD_BANDS[-1][0]
 
 
+#: The figure kinds, each its own pool: ratios of two runs, absolute means and rates, tails (p99).
+FIGURES = ("ratio", "absolute", "tail")
+FIGURE_WORDS = {"ratio": "speed-ups", "absolute": "absolute figures", "tail": "p99 figures"}
+
+
 def figure_of(metric_or_measure: str) -> str:
-    """``ratio`` for a speed-up or another ratio of two runs, ``absolute`` otherwise."""
+    """``ratio`` for a speed-up or another ratio of two runs, ``tail`` for a 99th percentile,
+    ``absolute`` otherwise (a mean TPOT, a throughput, a latency)."""
     if metric_or_measure in METRICS:
         return METRICS[metric_or_measure][0]
-    return "ratio" if metric_or_measure in ("speedup", "decode_speedup", "throughput_ratio") else "absolute"
+    if metric_or_measure in ("speedup", "decode_speedup", "throughput_ratio"):
+        return "ratio"
+    return "tail" if metric_or_measure.startswith("p99_") else "absolute"
 
 
 def profile_of(calibrated: bool, alpha_measured: bool) -> str:
@@ -355,7 +364,7 @@ def row_group(row: pd.Series, figure: str = "absolute", alpha_measured: bool = F
 
 
 def _note(b: Band, level: float) -> str:
-    what = "speed-ups" if b.group.figure == "ratio" else "absolute figures"
+    what = FIGURE_WORDS.get(b.group.figure, b.group.figure)
     if not math.isfinite(b.q):
         return f"{what}: {level:.0%} interval unbounded ({b.reason})"
     text = f"{what} ±{b.half_width:.0%} ({b.group_used.label()}: {b.n} rows, {b.sources} sources)"
@@ -381,7 +390,7 @@ def add_intervals(frame: pd.DataFrame, level: float = LEVEL, alpha_measured: boo
         return cache[group]
 
     bands = {figure: [cached(row_group(row, figure, alpha_measured, profiles)) for _, row in out.iterrows()]
-             for figure in ("ratio", "absolute")}
+             for figure in FIGURES}
     factors = [_row_alpha_factors(row, alpha_measured, alpha_spread) for _, row in out.iterrows()]
     bounds = [hard_bounds(row, profiles) for _, row in out.iterrows()]
     gamma = pd.to_numeric(out.get("gamma", pd.Series(0, index=out.index)), errors="coerce").fillna(0).to_numpy()
@@ -406,12 +415,12 @@ def add_intervals(frame: pd.DataFrame, level: float = LEVEL, alpha_measured: boo
             lo, hi = np.where(exact, value, lo), np.where(exact, value, hi)
         out[f"{metric}_lo"] = lo
         out[f"{metric}_hi"] = hi
-    out["interval_group"] = [f"{r.group_used.label()}; {a.group_used.label()}"
-                             for r, a in zip(bands["ratio"], bands["absolute"])]
+    out["interval_group"] = ["; ".join(b.group_used.label() for b in row_bands)
+                             for row_bands in zip(*(bands[f] for f in FIGURES))]
     notes = []
-    for i, (r, a, f) in enumerate(zip(bands["ratio"], bands["absolute"], factors)):
+    for i, (r, a, t, f) in enumerate(zip(bands["ratio"], bands["absolute"], bands["tail"], factors)):
         parts = [] if gamma[i] <= 0 else [_note(r, level)]
-        parts += [_note(a, level), f[2]]
+        parts += [_note(a, level), _note(t, level), f[2]]
         if gamma[i] <= 0:
             parts.append("speed-up 1 by construction (no speculation)")
         notes.append("; ".join(p for p in parts if p))
