@@ -439,42 +439,20 @@ def head_pass_s(ctx: float = 256.0) -> float:
     return float(_head_step().time(1, ctx, ctx))
 
 
-def pass_overhead_estimates(table: pd.DataFrame) -> dict[str, float]:
-    """The proposer's work per EAGLE pass (ms) as each source that informs it gives it: [1]'s
-    per-round fit split over its 3 passes (what ships), and the K sweep's round time
-    (TPOT × accepted length, TPOT = plain TPOT ÷ speed-up) against K."""
-    from specgauge.simulator.profiles import load_step_fit
+def pass_overhead_estimates(table: pd.DataFrame, workdir: str | None = None) -> dict[str, list[float]]:
+    """An EAGLE or MTP head's batch-1 pass in target layers (``GPU.draft_pass_layers``), as each
+    source's batch-1 head rows and [1]'s per-round fit give it (``step_fits``)."""
+    from specgauge.reports.planning.step_fits import draft_pass_layer_estimates
 
-    head = head_pass_s() * 1e3
-    shipped = load_step_fit("eagle:llama-3.1-8b", "h100-sxm", 1)
-    out = {FIT_SOURCE: shipped.c_pass_ms - head}
-    sweep = table[(table["source"] == K_SWEEP_SOURCE) & (table["baseline_unit"] == "tpot_ms")]
-    if len(sweep) >= 2:
-        k = sweep["gamma"].astype(float).to_numpy()
-        tpot = sweep["baseline"].astype(float).to_numpy() / sweep["published"].astype(float).to_numpy()
-        rounds = sweep["accepted_length"].astype(float).to_numpy() * tpot
-        out[K_SWEEP_SOURCE] = float(np.polyfit(k, rounds, 1)[0]) - head
-    return out
+    return draft_pass_layer_estimates(table, workdir)
 
 
-def moe_factor_estimates(table: pd.DataFrame) -> dict[str, list[float]]:
-    """A MoE pass's per-token cost over the dense prior's, per curve, from the step model fitted
-    on each published no-speculation MoE curve: what ``moe_token_factor`` ships (their
-    geometric mean)."""
-    from specgauge.simulator.core import resolve
-    from specgauge.simulator.cost import PassCost
+def moe_factor_estimates(table: pd.DataFrame, workdir: str | None = None) -> dict[str, list[float]]:
+    """The MoE per-token factor (``GPU.moe_token_factor``) each source's MoE rows under load imply
+    on the datasheet prior, whole curves with and without speculation (``step_fits``)."""
+    from specgauge.reports.planning.step_fits import moe_curve_estimates
 
-    out: dict[str, list[float]] = {}
-    curves = table[(table["fit_group"] != "") & (table["baseline_unit"] != "tpot_ms") & (table["baseline"] != "")]
-    for _, rows in curves.groupby("fit_group", sort=False):
-        config = row_config(rows.iloc[0])
-        setup = resolve(config)
-        if not setup.target.is_moe:
-            continue
-        dense = PassCost.prior(replace(setup.gpu, moe_token_factor=1.0), setup.target, config.tp)
-        fit = curve_fit(rows)
-        out.setdefault(rows.iloc[0]["source"], []).append(float(fit.c_token) / dense.c_token)
-    return out
+    return moe_curve_estimates(table, workdir)
 
 
 FIXED_FIELDS = ("moe_layer_overhead_us", "mla_layer_overhead_us")
@@ -527,26 +505,29 @@ def median_of_sources(estimates: dict[str, list[float]], held_out: str | None = 
     return float(np.median(values)) if values else 0.0
 
 
-def fold_profile(held_out: str, path: str, passes: dict[str, float], moe: dict[str, list[float]],
+def fold_profile(held_out: str, path: str, passes: dict[str, list[float]], moe: dict[str, list[float]],
                  fixed: dict[str, dict[str, list[float]]] | None = None) -> str:
     """A profile file holding every constant the table taught the simulator, refitted without ``held_out``.
 
-    The proposer's per-pass work comes from [1] (as shipped), or from the K sweep when [1] is
-    held out; the MoE per-token factor from the MoE curves of the sources left in. Without [1],
-    its fits of Llama-3.1-8B and its EAGLE-3 head give way to the datasheet prior, and the eager
-    draft layer's launch cost read off its cost ratios to the graphed layer's. The prior's
-    bandwidth and FLOP fractions, also read off [1]'s fit, stay: no other source times a dense pass."""
+    A head pass in target layers is the median over the other sources; the MoE per-token factor
+    the median over the other sources of what their rows under load imply (in log factor).
+    Without [1], its fits of Llama-3.1-8B and its EAGLE-3 head give way to the datasheet prior
+    (the head at the fold's layers a pass), and the eager draft layer's launch cost read off its
+    cost ratios to the graphed layer's. The prior's bandwidth and FLOP fractions, also read off
+    [1]'s fit, stay: no other source times a dense pass."""
+    from specgauge.reports.planning.step_fits import fold_values, head_fit_text
     from specgauge.simulator.cost import PassCost
     from specgauge.simulator.profiles import known_gpus, load_gpu, load_model
 
-    order = [FIT_SOURCE, K_SWEEP_SOURCE]
-    per_pass = next((passes[src] for src in order if src != held_out and src in passes), passes.get(FIT_SOURCE, 0.38))
-    ratios = [r for src, values in moe.items() if src != held_out for r in values]
+    layers = fold_values(passes, held_out)
+    factor = fold_values(moe, held_out, geometric=True)
     text = ""
     for gpu in known_gpus():
-        text += f'[gpus."{gpu}"]\ndraft_pass_overhead_ms = {per_pass!r}\n'
-        if ratios:
-            text += f"moe_token_factor = {math.exp(sum(map(math.log, ratios)) / len(ratios))!r}\n"
+        text += f'[gpus."{gpu}"]\n'
+        if layers is not None:
+            text += f"draft_pass_layers = {layers!r}\n"
+        if factor is not None:
+            text += f"moe_token_factor = {factor!r}\n"
         for name, estimates in (fixed or {}).items():
             text += f"{name} = {median_of_sources(estimates, held_out)!r}\n"
         if held_out == FIT_SOURCE:
@@ -558,10 +539,11 @@ def fold_profile(held_out: str, path: str, passes: dict[str, float], moe: dict[s
                  f'c_weight_ms = {prior.c_weight * 1e3!r}\nc_token_us = {prior.c_token * 1e6!r}\n'
                  f'c_kv_ns = {prior.c_kv * 1e9!r}\nc_attn_ns = {prior.c_attn * 1e9!r}\nknee = {prior.knee!r}\n'
                  f'includes_engine = false\nsource = "datasheet prior (leave-one-source-out fold without [1])"\n')
-        head = _head_step()
-        text += (f'[steps."eagle:llama-3.1-8b@h100-sxm@tp1"]\nc_fixed_ms = 0.0\n'
-                 f'c_pass_ms = {head_pass_s() * 1e3 + per_pass!r}\nc_token_us = {head.c_token * 1e6!r}\n'
-                 f'c_kv_ns = {head.c_kv * 1e9!r}\nsource = "head pass from shape + the K sweep"\n')
+        with open(path, "w") as handle:
+            handle.write(text)
+        if layers is not None:
+            text += head_fit_text(row_config({"gpu": "h100", "target": "llama-3.1-8b", "draft": "eagle", "gamma": "3"},
+                                             path), layers)
     with open(path, "w") as handle:
         handle.write(text)
     return path
