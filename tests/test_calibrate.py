@@ -316,3 +316,35 @@ def test_sglang_bench_serving_results_calibrate_like_vllms(tmp_path, capsys):
     assert cli_main(["calibrate", "--gpu", "h100", "--target", "llama-3.1-8b", "--out",
                      str(tmp_path / "x.toml")] + no_gamma) == 2
     assert "gamma=N" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("case", ["model-id", "same-path", "copy", "one-load-two-tpots", "falling"])
+def test_runs_of_another_model_repeated_or_inconsistent_are_refused_with_the_reason(tmp_path, capsys, case):
+    """Each of these wrote a profile and exited 0: an 8B's runs read into a 70B profile, one file counted twice,
+    two runs at concurrency 8 measuring 33.5 and 90 ms, a TPOT that falls as the load rises."""
+    argv = ["calibrate", "--gpu", "h100", "--target", "llama-3.1-70b", "--tp", "4", "--out", str(tmp_path / "p.toml")]
+    base = _serve(tmp_path / "base8.json", 8, 33.5, model_id="meta-llama/Meta-Llama-3.1-70B-Instruct")
+    other = {"model-id": lambda: (_serve(tmp_path / "b.json", 64, 60.0, model_id="meta-llama/Llama-3.1-8B-Instruct"),
+                                  "model_id 'meta-llama/Llama-3.1-8B-Instruct' is not the profile 'llama-3.1-70b'"),
+             "same-path": lambda: (base, "base8.json' is given twice: a run counts once"),
+             "copy": lambda: (_serve(tmp_path / "copy.json", 8, 33.5, model_id="meta-llama/Meta-Llama-3.1-70B-Instruct"),
+                              "holds the same bytes as"),
+             "one-load-two-tpots": lambda: (_serve(tmp_path / "b.json", 8, 90.0), "mean TPOT 33.5 and 90 ms (2.69x)"),
+             "falling": lambda: (_serve(tmp_path / "b.json", 64, 20.0), "mean TPOT falls with load")}
+    path, words = other[case]()
+    before = set(tmp_path.iterdir())
+    assert cli_main([*argv, "--serve", base, "--serve", path]) == 2
+    err = capsys.readouterr().err
+    assert words in err and len(err.strip().splitlines()) == 1, err
+    assert set(tmp_path.iterdir()) == before
+    if case == "model-id":   # the same model under another name: the user says so
+        assert cli_main([*argv, "--serve", base, "--serve", path, "--allow-model-mismatch"]) == 0
+
+
+def test_the_calibrate_figure_counts_the_speculative_runs_in_its_worst_figure():
+    from specgauge.reports.figures.curves import calibration_title
+
+    points = pd.DataFrame({"measurement": ["base8", "base64", "eagle8"], "measured_ms": [5.0, 15.0, 4.0],
+                           "fitted_ms": [5.05, 14.9, np.nan], "relative_error": [0.01, -0.0067, np.nan],
+                           "simulated_ms": [5.05, 15.0, 4.152], "round_trip_error": [0.01, 0.0, 0.038]})
+    assert calibration_title(points, "llama") == "llama\nworst: fit 1.0%, round trip 3.8% (3 runs)"

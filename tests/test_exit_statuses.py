@@ -60,6 +60,9 @@ def inputs(tmp_path, monkeypatch):
         "completed": 100, "total_input_tokens": 51200, "total_output_tokens": 12800, "max_concurrency": 8,
         "mean_tpot_ms": 9.5, "spec_decode_num_drafts": 10, "spec_decode_draft_tokens": 30}, indent=1)
         .replace('"mean_tpot_ms"', '"spec_decode_acceptance_length": 0.5,\n "mean_tpot_ms"'))
+    (tmp_path / "eight_b.json").write_text(json.dumps({
+        "model_id": "meta-llama/Llama-3.1-8B-Instruct", "completed": 100, "total_input_tokens": 51200,
+        "total_output_tokens": 12800, "max_concurrency": 8, "mean_tpot_ms": 9.5}))
     (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
     (tmp_path / "full.csv").symlink_to("/dev/full")  # a link to a device: written through, it would fail
     (tmp_path / "latin1.jsonl").write_bytes(b'"caf\xe9"\n')
@@ -123,6 +126,10 @@ CASES = [
     # validate: a team's rows read at the door, before any simulation
     ("validate-level", ["validate", "--level", "2"], 2, "--level must be in [0.5, 1)"),
     ("validate-no-deployment", ["validate", "--add", "spec.json"], 2, "does not record its deployment"),
+    ("validate-model-id", ["validate", "--add", "eight_b.json:gpu=h100,target=llama-3.1-70b,tp=4"], 2,
+     "model_id 'meta-llama/Llama-3.1-8B-Instruct' is not the profile 'llama-3.1-70b'"),
+    ("validate-twice", ["validate", "--add", "eight_b.json:gpu=h100,target=llama-3.1-8b", "--add",
+                        "eight_b.json:gpu=h100,target=llama-3.1-8b,source=again"], 2, "is given twice"),
     ("validate-bad-rows", ["validate", "--add", "steps.csv"], 2, "lacks column(s)"),
     ("validate-missing", ["validate", "--add", "none.csv"], 2, "none.csv"),
     # probe

@@ -52,9 +52,10 @@ from specgauge.simulator.fit import (Equation, StepModelFit, closed_loop_equatio
                                      step_equation, tpot_prefills)
 from specgauge.simulator.profiles import GPU, Model, load_gpu, load_model, step_key
 from specgauge.sweeps.journal import sweep_lock
-from specgauge.reports.planning.bench_results import (ACCEPTED_LENGTH_KEYS, CalibrateError, accepted_length_key,
-                                                     check_json_object, check_serve_result, check_spec_options,
-                                                     positive_number, spec_gamma)
+from specgauge.reports.planning.bench_results import (ACCEPTED_LENGTH_KEYS, CalibrateError, ServeRun,
+                                                     accepted_length_key, check_consistent_runs, check_distinct_files,
+                                                     check_json_object, check_model_id, check_serve_result,
+                                                     check_spec_options, positive_number, spec_gamma)
 
 STEP_COLUMNS = ("batched_tokens", "kv_tokens", "ms")
 
@@ -362,7 +363,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--profiles", default=None,
                         help="extra GPU/model profiles (TOML/JSON, several comma-separated) the names refer to")
     parser.add_argument("--out", default="calibrated.toml", help="profile TOML to write (default calibrated.toml)")
-    parser.add_argument("--plot", action="store_true", help="write a measured-versus-fitted PNG beside --out")
+    parser.add_argument("--allow-model-mismatch", action="store_true",
+                        help="take a result whose model_id does not name --target (the same model under another name);"
+                             " refused otherwise")
+    parser.add_argument("--plot", action="store_true", help="write a measured-versus-fitted PNG beside --out (the "
+                        "fit's points, and every measurement the written profile gives back when simulated)")
     return parser
 
 
@@ -387,7 +392,11 @@ def fit_and_write(args: argparse.Namespace, argv: list[str] | None, out: Path) -
         model = load_model(args.target, args.profiles)
     except ConfigError as exc:
         raise as_usage_error(exc) from None
+    check_distinct_files([Path(p) for p in args.steps]
+                         + [check_spec_options(t, {"batch": int, "input": int, "output": int})[0] for t in args.latency]
+                         + [check_spec_options(t, {"draft": str, "gamma": int})[0] for t in args.serve])
     equations: list[Equation] = []
+    plain: list[ServeRun] = []
     for path in args.steps:
         equations += steps_equations(Path(path), model.name)
     latency = [latency_measurement(text) for text in args.latency]
@@ -397,6 +406,7 @@ def fit_and_write(args: argparse.Namespace, argv: list[str] | None, out: Path) -
     for text in args.serve:
         path, options = check_spec_options(text, {"draft": str, "gamma": int})
         data = check_json_object(path)
+        check_model_id(data, repr(str(path)), model.name, args.allow_model_mismatch)
         if accepted_length_key(data) is not None:
             if "draft" not in options:
                 raise CalibrateError(f"{str(path)!r} is a speculative run: name its proposer, {path}:draft=eagle")
@@ -404,10 +414,12 @@ def fit_and_write(args: argparse.Namespace, argv: list[str] | None, out: Path) -
             speculative.append((data, str(path), options["draft"], options.get("gamma")))
             continue
         concurrency, input_len, output_len, tpot = check_serve_result(data, str(path))
+        plain.append(ServeRun(repr(str(path)), concurrency, input_len, output_len, tpot))
         label = f"{path.name} (serve TPOT)"
         equations.append(closed_loop_equation(concurrency, input_len, output_len, tpot, label,
                                               prefills=tpot_prefills(concurrency, output_len), mixed=True))
         replays.append(serve_replay(label, concurrency, input_len, output_len, positive_number(data, "completed", label)))
+    check_consistent_runs(plain)   # one concurrency with two TPOTs, or TPOT falling with load: refused
     if not equations:
         raise CalibrateError("nothing to fit: give --steps, --latency or --serve files without speculation")
     fit = fit_step_model(equations, calibration_prior(gpu, model, args.tp))
@@ -468,15 +480,7 @@ def fit_and_write(args: argparse.Namespace, argv: list[str] | None, out: Path) -
         print(line)
     print(f"wrote {out} and {points_path}")
     if args.plot:
-        from specgauge.plotting import pyplot, save_figure
+        from specgauge.reports.figures.curves import plot_calibration
 
-        plt = pyplot()
-        fig, ax = plt.subplots(figsize=(5, 5))
-        ax.scatter(fit.measured * 1e3, fit.fitted * 1e3, s=14)
-        lo, hi = float(min(fit.measured.min(), fit.fitted.min()) * 1e3), float(max(fit.measured.max(), fit.fitted.max()) * 1e3)
-        ax.plot([lo, hi], [lo, hi], color="grey", lw=1, label="fitted = measured")
-        ax.set(xscale="log", yscale="log", xlabel="measured step time (ms)", ylabel="fitted step time (ms)",
-               title=f"{model.name} on {gpu.name}, tp {args.tp}: worst {fit.worst_error:.1%}")
-        ax.legend()
-        print(f"wrote {save_figure(fig, out.with_suffix('.png'))}")
+        print(f"wrote {plot_calibration(points, out.with_suffix('.png'), f'{model.name} on {gpu.name}, tp {args.tp}')}")
     return 0

@@ -37,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "FILE.json:gpu=NAME,target=NAME[,tp=N,dp=N,ep=N,draft=NAME,gamma=K,source=LABEL] (its "
                              "mean TPOT at its max concurrency is predicted), or a CSV in the shipped table's schema "
                              "(columns source, setup, measured, published, gpu, target, ...); repeatable")
+    parser.add_argument("--allow-model-mismatch", action="store_true",
+                        help="take an --add result whose model_id does not name its target= (the same model under "
+                             "another name); refused otherwise")
     parser.add_argument("--level", type=float, default=0.9, help="nominal coverage of the intervals (default 0.9)")
     parser.add_argument("--csv", default=None, metavar="PATH",
                         help="write every held-out row with its interval to this CSV")
@@ -142,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     level = _check_level(args.level)
+    from specgauge.reports.planning.bench_results import check_added_results
+
+    check_added_results(args.add, V.RESULT_OPTIONS, args.allow_model_mismatch)   # none twice, each of its target
     user = [V.rows_from_result(text) for text in args.add]     # every file read and checked before any work
     target = resolve_csv_target(args.csv, default_name="validation.csv") if args.csv else None
     table = V.shipped_table()

@@ -209,3 +209,39 @@ def plot_plan(frame: pd.DataFrame, csv_path: Path, scenario: str = "") -> list[P
             out.append(save_figure(fig, png_beside(csv_path, "pareto")))
             plt.close(fig)
     return out
+
+
+def plot_calibration(points: pd.DataFrame, path: Path, title: str) -> Path:
+    """Measured against modelled step times for ``specgauge calibrate``: the fit's own points (its
+    equation's value) and every measurement the written profile gives back when simulated, the
+    speculative runs (priced after the fit, so with no fitted value) marked apart; the title's
+    worst figures are the fit's and the round trip's, each over all its points."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(5.4, 5.4))
+    fitted = points[points["fitted_ms"].notna()] if "fitted_ms" in points else points.iloc[:0]
+    simulated = points[points["simulated_ms"].notna()] if "simulated_ms" in points else points.iloc[:0]
+    speculative = simulated["fitted_ms"].isna() if "fitted_ms" in simulated else pd.Series(True, simulated.index)
+    ax.scatter(fitted["measured_ms"], fitted["fitted_ms"], s=16, label="fit (its equation)")
+    ax.scatter(simulated.loc[~speculative, "measured_ms"], simulated.loc[~speculative, "simulated_ms"], s=28,
+               marker="x", label="simulated, without speculation")
+    ax.scatter(simulated.loc[speculative, "measured_ms"], simulated.loc[speculative, "simulated_ms"], s=30,
+               marker="^", label="simulated, with speculation")
+    values = pd.concat([points["measured_ms"], fitted["fitted_ms"], simulated["simulated_ms"]]).dropna()
+    lo, hi = float(values.min()), float(values.max())
+    ax.plot([lo, hi], [lo, hi], color="grey", lw=1, label="modelled = measured")
+    ax.set(xscale="log", yscale="log", xlabel="measured step time (ms)", ylabel="modelled step time (ms)")
+    ax.set_title(calibration_title(points, title), fontsize=9)
+    ax.legend(fontsize=7)
+    out = save_figure(fig, path)
+    plt.close(fig)
+    return out
+
+
+def calibration_title(points: pd.DataFrame, title: str) -> str:
+    """The calibrate figure's title: the fit's worst error over its equations, and the round trip's over
+    every measurement simulated (speculative runs included: they have no fitted value)."""
+    fit = points["relative_error"].abs().dropna() if "relative_error" in points else pd.Series(dtype=float)
+    trip = points["round_trip_error"].abs().dropna() if "round_trip_error" in points else pd.Series(dtype=float)
+    worst = [f"fit {fit.max():.1%}" if len(fit) else "", f"round trip {trip.max():.1%} ({len(trip)} runs)"
+             if len(trip) else ""]
+    return f"{title}\nworst: " + ", ".join(w for w in worst if w) if any(worst) else title
