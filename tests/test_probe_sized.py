@@ -65,8 +65,9 @@ def test_a_biased_server_fails_early(tmp_path, prompts):
     """Its first token is off by TV >= 0.1: a probe sized for TV 0.1 stops before half its plan."""
     with serve_app(FakeOpenAI(rule="wrong_residual", seed=3)) as url:
         done = _sized(url, tmp_path / "run.jsonl", "--context-mass", "1", tv="0.1")
-    last = done.stderr.strip().splitlines()[-1]
-    assert done.returncode == 1 and "e-value reached" in last, done.stderr
+    last = done.stdout.strip().splitlines()[-1]
+    assert done.returncode == 1 and last.startswith("FAIL (probe --guarantee") and "e-value reached" in last, done.stderr
+    assert "error:" not in done.stderr, done.stderr
     drawn = sum(1 for _ in open(tmp_path / "run.jsonl")) - 1
     assert drawn < 0.5 * _plan(done.stderr) * len(PROMPTS), (drawn, last)
 
@@ -113,7 +114,8 @@ def _sized_here(url, out, capsys, *extra):
 
     status = cli.main(["probe", url, "--out", str(out), "--prompts", str(out.with_name("prompts.jsonl")),
                        "--top-logprobs", "8", "--no-progress", *extra])
-    return status, capsys.readouterr().err
+    captured = capsys.readouterr()
+    return status, captured.err + captured.out
 
 
 def test_every_heavy_context_of_every_position_is_planned_and_watched(tmp_path, prompts, capsys):
@@ -124,7 +126,8 @@ def test_every_heavy_context_of_every_position_is_planned_and_watched(tmp_path, 
                                   "--context-mass", "0.15")
     plan = next(x for x in err.splitlines() if x.startswith("probe: plan: "))
     assert "positions 0, 1, 2" in plan, plan
-    assert status == 1 and "e-value reached" in err and "position 2" in err.strip().splitlines()[-1], err
+    verdict = next(x for x in err.splitlines() if x.startswith("FAIL (probe --guarantee 0.2: the early test"))
+    assert status == 1 and "e-value reached" in verdict and "position 2" in verdict and "error:" not in err, err
     drawn = sum(1 for _ in open(tmp_path / "run.jsonl")) - 1
     assert drawn < 0.5 * _plan(err) * len(PROMPTS), (drawn, plan)
 

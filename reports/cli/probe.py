@@ -133,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     progress = auto_mode(sys.stderr, not args.no_progress)
     if args.guarantee is not None:
         summary = _sized(args, cfg, prompts, client, progress)
+        if summary is None:  # the early test's FAIL, printed as a verdict
+            return 1
     else:
         if args.reference is not None:
             raise UsageError("--reference plans a sized probe: give --guarantee TV too")
@@ -153,13 +155,22 @@ def _sized(args, cfg: ProbeConfig, prompts: list[str], client: ClientConfig, pro
     import numpy as np
 
     from specgauge.stattests.server.probe import read_probe
-    from specgauge.stattests.server.sequential import ContextEProcess, plan_contexts, planning_rate
+    from specgauge.stattests.server.sequential import (BiasedServerError, ContextEProcess, plan_contexts,
+                                                       planning_rate, short_contexts)
 
     if args.reference is None and cfg.top_logprobs == 0:
         raise UsageError("--guarantee needs the known laws: --reference MODEL_DIR, or --top-logprobs K "
                          "for the server's own")
     if args.reference is not None and not Path(args.reference).is_dir():
         raise UsageError(f"--reference {args.reference!r} is not a directory")
+    source = (f"the reference model's laws ({args.reference}: loaded, then a forward pass per context)"
+              if args.reference is not None else f"the top-{cfg.top_logprobs} laws the pilot's draws report")
+    print(f"probe: sizing for worst-case TV {args.guarantee:g} at false-fail {args.false_fail:g}, in three steps: "
+          f"(1) a pilot of {args.pilot} draws a prompt over {len(prompts)} prompts (its rate times the plan); "
+          f"(2) every context {source} reach with probability >= {args.context_mass:g}, at positions 0 to "
+          f"{cfg.max_tokens - 1}, gets the draws the identity test needs there, with a margin; (3) the draws, "
+          f"an early test betting on those contexts as they land (a biased server is stopped, exit 1)",
+          file=sys.stderr, flush=True)
     pilot = probe(replace(cfg, samples_per_prompt=max(args.pilot, min(args.samples, args.pilot))), prompts, args.out,
                   client_config=client, progress=progress)
     run = read_probe(args.out)
@@ -190,10 +201,29 @@ def _sized(args, cfg: ProbeConfig, prompts: list[str], client: ClientConfig, pro
     speed = pilot.samples_per_second if pilot.drawn and np.isfinite(pilot.samples_per_second) else None
     print(f"probe: plan: {plan.describe(speed)}", file=sys.stderr, flush=True)
     early = ContextEProcess([c for c, _ in plan.planned], len(prompts), args.false_fail, tokens_of)
-    summary = probe(replace(cfg, samples_per_prompt=plan.samples_per_prompt), prompts, args.out, client_config=client,
-                    progress=progress, watchers=[early])
-    print(f"probe: sized for TV {args.guarantee:g} at {len(plan.planned)} contexts; the early test's e-value against "
-          f"{what} {early.e_value:.3g} stayed below 1/{args.false_fail:g}; certify with: specgauge compare {args.out} "
-          f"{'--reference ' + args.reference + ' ' if args.reference else ''}--tv {args.guarantee:g} "
-          f"--false-fail {args.false_fail:g}", file=sys.stderr, flush=True)
+    certify = (f"specgauge compare {args.out} {'--reference ' + args.reference + ' ' if args.reference else ''}"
+               f"--tv {args.guarantee:g} --false-fail {args.false_fail:g}")
+    try:
+        summary = probe(replace(cfg, samples_per_prompt=plan.samples_per_prompt), prompts, args.out,
+                        client_config=client, progress=progress, watchers=[early])
+    except BiasedServerError as exc:  # a verdict, not an error: the run did its job
+        print(f"FAIL (probe --guarantee {args.guarantee:g}: the early test against {what}): {' '.join(str(exc).split())}"
+              f"{_watching(early)}", flush=True)
+        print(f"probe: stopped early; what landed is in {args.out} (certify it with: {certify})", file=sys.stderr,
+              flush=True)
+        return None
+    short = short_contexts(plan, early)
+    shortfall = (f"; {len(short)} planned contexts still fell short of their draws (their rows may be missing): "
+                 f"{', '.join(short[:4])}{' ...' if len(short) > 4 else ''}" if short else
+                 "; every planned context the early test watched got the draws it needs")
+    print(f"probe: sized for TV {args.guarantee:g} at {len(plan.planned)} contexts{shortfall}{_watching(early)}; "
+          f"the early test's e-value against {what} {early.e_value:.3g} stayed below 1/{args.false_fail:g}; "
+          f"certify with: {certify}", file=sys.stderr, flush=True)
     return summary
+
+
+def _watching(early) -> str:
+    """Where the early test stopped watching a prompt (a token not known), in words, or ""."""
+    stopped = early.stopped_watching()
+    return (f"; the early test stopped watching {', '.join(stopped)}: no bet after that draw (its contexts are "
+            f"counted short no more)" if stopped else "")

@@ -29,6 +29,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from specgauge.progress import _duration
 from specgauge.stattests.core.identity import min_num_samples_for_identity_test
 from specgauge.stattests.server.probe import ServerError
 from specgauge.stattests.server.worstcase import lump
@@ -80,16 +81,32 @@ class Context:
         return len(self.prefix)
 
 
+#: The margin a plan keeps at every planned context: the draws reaching it (binomial in the prompt's
+#: draws, at the known law's reach probability) fall short of its need with probability at most
+#: about 0.001 (the normal quantile 3.09), so sampling noise does not drop its row.
+MARGIN_Z = 3.09
+
+
+def with_margin(need: int, mass: float, z: float = MARGIN_Z) -> int:
+    """Draws of a prompt whose count at a context reached with probability ``mass`` is at least
+    ``need`` but for a z-sigma shortfall: the smallest S with S m − z √(S m (1 − m)) ≥ need."""
+    m = min(max(mass, 1e-12), 1.0)
+    spread = z * math.sqrt(m * (1 - m))
+    root = (spread + math.sqrt(spread * spread + 4 * m * need)) / (2 * m)
+    return max(need, math.ceil(root * root))
+
+
 def context_draws(contexts: Sequence[Context], tv: float, false_fail_rate: float,
-                  min_mass: float = MIN_PLAN_MASS) -> tuple[dict[Context, int], list[tuple[Context, int]]]:
-    """Draws per prompt each heavy context (reach mass >= ``min_mass``) needs for the identity test to
-    state ``tv`` there (its own need over its mass), and the lighter ones with what they would need."""
+                  min_mass: float = MIN_PLAN_MASS) -> tuple[dict[Context, tuple[int, int]], list[tuple[Context, int]]]:
+    """Per heavy context (reach mass >= ``min_mass``): the draws per prompt that reach there the draws
+    the identity test needs to state ``tv`` with a margin (:func:`with_margin`), and that need; the
+    lighter ones with what they would need a prompt."""
     planned, rare = {}, []
     for c in contexts:
         need = draws_for(tv, [c.plan_law], false_fail_rate)[0]
-        per_prompt = math.ceil(need / max(c.mass, 1e-12))
+        per_prompt = with_margin(need, c.mass)
         if c.mass >= min_mass:
-            planned[c] = per_prompt
+            planned[c] = (per_prompt, need)
         else:
             rare.append((c, per_prompt))
     return planned, rare
@@ -102,9 +119,10 @@ class ContextPlan:
     tv: float
     false_fail_rate: float
     per_prompt: tuple[int, ...]
-    planned: tuple[tuple[Context, int], ...]
+    planned: tuple[tuple[Context, int], ...]   # each heavy context and the draws a prompt it asks for
     rare: tuple[tuple[Context, int], ...]
     min_mass: float
+    needs: tuple[int, ...] = ()                # the draws each planned context needs there, in order
 
     @property
     def samples_per_prompt(self) -> int:
@@ -116,14 +134,15 @@ class ContextPlan:
         positions = sorted({c.position for c, _ in self.planned})
         line = (f"TV {self.tv:g} needs {self.samples_per_prompt} draws a prompt, {total} in all: "
                 f"{len(self.planned)} contexts planned at positions {', '.join(map(str, positions))} (every context "
-                f"the known law reaches with probability >= {self.min_mass:g}); the most demanding prompt "
+                f"the known law reaches with probability >= {self.min_mass:g}, each with a margin: its draws fall "
+                f"short of its need with probability about 0.001); the most demanding prompt "
                 f"{worst.prompt} position {worst.position}, reached with probability {worst.mass:.3g}")
         if self.rare:
             most = max(n for _, n in self.rare)
             line += (f"; {len(self.rare)} lighter contexts seen are left untested (up to {most} draws a prompt "
                      f"would test them)")
         if rate_per_s:
-            line += f": about {total / rate_per_s / 60:.0f} min at the measured {rate_per_s:.3g} samples/s"
+            line += f": about {_duration(total / rate_per_s)} at the measured {rate_per_s:.3g} samples/s"
         return line
 
 
@@ -131,8 +150,21 @@ def plan_contexts(contexts: Sequence[Context], n_prompts: int, tv: float, false_
                   min_mass: float = MIN_PLAN_MASS) -> ContextPlan:
     """The plan: each prompt drawn as often as its most demanding heavy context needs."""
     planned, rare = context_draws(contexts, tv, false_fail_rate, min_mass)
-    per_prompt = [max([n for c, n in planned.items() if c.prompt == p], default=1) for p in range(n_prompts)]
-    return ContextPlan(tv, false_fail_rate, tuple(per_prompt), tuple(planned.items()), tuple(rare), min_mass)
+    per_prompt = [max([n for c, (n, _) in planned.items() if c.prompt == p], default=1) for p in range(n_prompts)]
+    return ContextPlan(tv, false_fail_rate, tuple(per_prompt), tuple((c, n) for c, (n, _) in planned.items()),
+                       tuple(rare), min_mass, tuple(need for _, need in planned.values()))
+
+
+def short_contexts(plan: ContextPlan, early: "ContextEProcess") -> list[str]:
+    """The planned contexts whose draws (as the early test counted them, while it watched) fell short
+    of their need, named with what they got: their rows may be missing from the comparison."""
+    out = []
+    for (c, _), need in zip(plan.planned, plan.needs):
+        got = int(early.counts[(c.prompt, c.prefix)].sum())
+        if got < need and not early.frozen[c.prompt]:
+            where = f"prompt {c.prompt} position {c.position}" + (f" after {list(c.prefix)}" if c.prefix else "")
+            out.append(f"{where} ({got:,} of {need:,} draws)")
+    return out
 
 
 def bet_context(prompt: int, prefix: tuple, names: Sequence, probs: np.ndarray, mass: float) -> Context:
@@ -208,6 +240,8 @@ class ContextEProcess:
         self.growth = {key: 0.0 for key in self.contexts}
         self.log_e = np.zeros(n_prompts)
         self.frozen = np.zeros(n_prompts, bool)
+        self.per_prompt = np.zeros(n_prompts, np.int64)   # records seen of each prompt
+        self.frozen_at: dict[int, tuple[int, int]] = {}   # prompt -> (its record, the position) where a token was unknown
         self.seen = 0
         self.stopped = False
 
@@ -217,6 +251,7 @@ class ContextEProcess:
             if self.frozen[p]:
                 continue
             self.seen += 1
+            self.per_prompt[p] += 1
             tokens = list(self.tokens_of(r))
             for k, token in enumerate(tokens):
                 key = (p, tuple(tokens[:k]))
@@ -224,6 +259,7 @@ class ContextEProcess:
                     break  # a lighter context: not watched, nor anything under it
                 if token is None:
                     self.frozen[p] = True
+                    self.frozen_at[p] = (int(self.per_prompt[p]), k)
                     break
                 law, counts = self.contexts[key].law, self.counts[key]
                 cell = self.cells[key].get(token, law.size - 1)
@@ -233,6 +269,11 @@ class ContextEProcess:
                 self.log_e[p] += step
                 self.growth[key] += step
                 counts[cell] += 1
+
+    def stopped_watching(self) -> list[str]:
+        """The prompts whose bets stopped for good at a token not known, each with the draw and position."""
+        return [f"prompt {p} at its draw {n:,} (position {k}: a token not known)"
+                for p, (n, k) in sorted(self.frozen_at.items())]
 
     @property
     def e_value(self) -> float:
