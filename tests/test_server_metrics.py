@@ -125,3 +125,53 @@ def test_vllm_renders_what_the_parser_reads(tmp_path):
     counters, _ = read_counters([str(tmp_path / "before.txt"), str(tmp_path / "after.txt")])
     assert counters.accepted == fed["num_accepted_tokens"] and list(counters.accepted_per_pos) == fed["accepted_per_pos"]
     assert counters.acceptance_length == pytest.approx(fed["acceptance_length"])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None or importlib.util.find_spec("aiohttp") is None,
+                    reason="vllm (and aiohttp) not installed")
+def test_vllm_bench_serve_reads_the_scrapes_as_the_parser_does():
+    """``vllm bench serve``'s own /metrics reader, served the two scrapes over HTTP, gives the counts
+    the parser gives, and its acceptance length from their difference (about 15 s, mostly importing vLLM)."""
+    import asyncio
+    import http.server
+    import threading
+
+    import aiohttp
+    from vllm.benchmarks.serve import fetch_spec_decode_metrics
+
+    served = {"path": EXAMPLE / "before.txt"}
+
+    class Metrics(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the http.server hook's name
+            body = served["path"].read_bytes()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    async def scrape():
+        async with aiohttp.ClientSession() as session:
+            return await fetch_spec_decode_metrics(f"http://127.0.0.1:{server.server_address[1]}", session)
+
+    try:
+        seen = {}
+        for name in ("before.txt", "after.txt"):
+            served["path"] = EXAMPLE / name
+            seen[name] = asyncio.run(scrape())
+    finally:
+        server.shutdown()
+    for name, theirs in seen.items():
+        ours = parse_counters((EXAMPLE / name).read_text(), name)
+        assert (ours.drafts, ours.draft_tokens, ours.accepted) == (theirs.num_drafts, theirs.num_draft_tokens,
+                                                                  theirs.num_accepted_tokens)
+        assert list(ours.accepted_per_pos) == [theirs.accepted_per_pos[k] for k in sorted(theirs.accepted_per_pos)]
+    before, after = seen["before.txt"], seen["after.txt"]
+    length = 1 + (after.num_accepted_tokens - before.num_accepted_tokens) / (after.num_drafts - before.num_drafts)
+    assert read_counters(PAIR.split(","))[0].acceptance_length == pytest.approx(length, rel=1e-12)
