@@ -14,7 +14,7 @@ from specgauge.stattests.core.contract import decoder_name, load_decoder
 from specgauge.stattests.chain.checks import CHECKS
 from specgauge.stattests.chain.diagnosis import summary as chain_summary
 from specgauge.csvio import resolve_csv_target
-from specgauge.stattests.chain.certify import certification, sizing_note
+from specgauge.stattests.chain.certify import certification, identity_rows, sizing_note
 from specgauge.stattests.chain.shards import DEFAULT_MAX_CPU_HOURS, ShardError
 from specgauge.errors import UsageError
 from specgauge.sweeps.executors import SweepOptions, add_sweep_options, check_scheduler, options_from_args
@@ -153,7 +153,10 @@ def _sized(args, argv, target, decoder, config: CertConfig, options: SweepOption
         print(fold(line), file=sys.stderr)
     for f in (f for f in pairs if f.name in asked):  # what the rows cost beyond what any test needs
         bound = guarantee_lower_bound(f, asked[f.name], planned.per_assertion, planned.false_pass)
-        print(fold(bound.line(f.name, est.rows[f.name], asked[f.name])), file=sys.stderr)
+        needs = planned.row_needs(f)  # which check set the rows, and the identity test's own share
+        alone = identity_rows(f, asked[f.name], planned.per_assertion, planned.false_pass)
+        print(fold(bound.line(f.name, est.rows[f.name], asked[f.name], max(needs, key=needs.get), alone)),
+              file=sys.stderr)
     arguments = list(sys.argv[1:] if argv is None else argv)
     with sweep_lock(target, "specgauge certify " + " ".join(arguments)):
         if args.restart:
@@ -235,9 +238,10 @@ def capped_note(config: CertConfig, fixtures: list[str] | None, checks: list[str
             n = config.rows(fixture)
             capped = n < uncapped.rows(fixture)
             n = max(1, int(n * max(float(emission_probability(fixture)[-1]), 0.5)))
-        if capped:
-            reached[fixture.name] = min_discrepancy_of_ks_uniformity(
-                n, false_fail_rate=config.per_assertion, false_pass_rate=config.false_pass)
+        figure = min_discrepancy_of_ks_uniformity(n, false_fail_rate=config.per_assertion,
+                                                  false_pass_rate=config.false_pass) if capped else 0.0
+        if figure > max(config.tv_for(fixture.name), fixture.tv_floor):  # a cap that cost resolution
+            reached[fixture.name] = figure
     if not reached:
         return ""
     finest, coarsest = min(reached, key=reached.get), max(reached, key=reached.get)

@@ -138,27 +138,33 @@ class CertConfig:
         """The TV samples are sized for on ``fixture``: its own, else ``tv``."""
         return float(self.fixture_tv.get(fixture, self.tv))
 
-    def rows(self, fixture: PairFixture) -> int:
+    def row_needs(self, fixture: PairFixture) -> dict[str, int]:
+        """The rows each check's sizing asks for on ``fixture`` (within the row and byte caps), keyed
+        by the check and what it is sized for; :meth:`rows` runs the largest, so the key of the
+        largest names the check that set the run's rows."""
         tv = max(self.tv_for(fixture.name), fixture.tv_floor)
         rate = self.per_assertion
-        needed = min_num_samples_for_ks_uniformity(tv, false_fail_rate=rate, false_pass_rate=self.false_pass)
-        if fixture.context_free:
-            needed = max(needed, *(min_num_samples_for_goodness_of_fit(
-                tv, p, false_fail_rate=rate, false_pass_rate=self.false_pass) for p in fixture.target))
-            # wider vocabularies reach their byte budget first; small-batch fixtures pay per call
-            # (thousands of 1-12-row calls) and keep the chi-square's size: their guarantee is 0.05-0.06
         # the slow tier streams in bounded memory (chunk_bytes a call): time-bound, not memory-bound
         max_bytes = 2**62 if fixture.slow else int(self.max_bytes * fixture.byte_share)
-        rows = rows_for(fixture, needed, self.max_rows, max_bytes)
+        ks = min_num_samples_for_ks_uniformity(tv, false_fail_rate=rate, false_pass_rate=self.false_pass)
+        needs = {f"pit-id (KS, TV {tv:g})": rows_for(fixture, ks, self.max_rows, max_bytes)}
+        if fixture.context_free:
+            # wider vocabularies reach their byte budget first; small-batch fixtures pay per call
+            # (thousands of 1-12-row calls) and keep the chi-square's size: their guarantee is 0.05-0.06
+            fit = max(min_num_samples_for_goodness_of_fit(tv, p, false_fail_rate=rate, false_pass_rate=self.false_pass)
+                      for p in fixture.target)
+            needs[f"exactness (chi-square, TV {tv:g})"] = rows_for(fixture, fit, self.max_rows, max_bytes)
         if fixture.context_free and fixture.vocab_size <= IDENTITY_SIZED_VOCAB and not fixture.call_rows:
             # the worst-case guarantee at every emitted position, the rarest (the bonus) included
-            reach = emission_probability(fixture)
-            worst = max(min_num_samples_for_identity_test(tv, p, false_fail_rate=rate, false_pass_rate=self.false_pass)
-                        / max(float(r), 1e-300) for p, r in zip(fixture.target, reach) if r > 0)
-            rows = max(rows, rows_for(fixture, math.ceil(worst), self.max_rows, max_bytes, reach=1.0))
+            worst = max(m / r for _, r, m in identity_draws(fixture, tv, rate, self.false_pass))
+            needs[f"identity (TV {tv:g})"] = rows_for(fixture, math.ceil(worst), self.max_rows, max_bytes, reach=1.0)
         if self.guarantee is not None and fixture.context_free and not fixture.greedy:
-            rows = max(rows, guarantee_rows(fixture, self.guarantee, rate, self.false_pass))
-        return rows
+            needs[f"identity (worst-case TV {self.guarantee:g})"] = guarantee_rows(
+                fixture, self.guarantee, rate, self.false_pass)
+        return needs
+
+    def rows(self, fixture: PairFixture) -> int:
+        return max(self.row_needs(fixture).values())
 
     def sequences(self, case: SequenceCase) -> int:
         return sequence_sample_size(case, max(self.tv_for(case.name), case.tv_floor), self.per_assertion)
@@ -169,6 +175,22 @@ class CertConfig:
 EMISSION_MARGIN_Z = 3.0
 
 
+def identity_draws(fixture: PairFixture, tv: float, false_fail: float, false_pass: float
+                   ) -> list[tuple[int, float, int]]:
+    """(position, chance it is emitted, the identity test's draws there for worst-case ``tv``) at
+    every emitted position of a context-free fixture."""
+    return [(k, float(r), min_num_samples_for_identity_test(tv, p, false_fail_rate=false_fail,
+                                                            false_pass_rate=false_pass))
+            for k, (p, r) in enumerate(zip(fixture.target, emission_probability(fixture))) if float(r) > 0]
+
+
+def identity_rows(fixture: PairFixture, tv: float, false_fail: float, false_pass: float) -> tuple[int, int, int]:
+    """(rows, position, draws): the rows at which every emitted position's expected draws reach
+    what the identity test needs there for worst-case ``tv`` (no margin, as the lower bound's
+    rows are counted), the position that sets them and its draws."""
+    return max((math.ceil(m / r), k, m) for k, r, m in identity_draws(fixture, tv, false_fail, false_pass))
+
+
 def guarantee_rows(fixture: PairFixture, tv: float, false_fail: float, false_pass: float) -> int:
     """Rows for a worst-case ``tv`` at every emitted position of a context-free fixture: the
     identity test's draws at each position over the chance that the position is emitted, with
@@ -176,11 +198,7 @@ def guarantee_rows(fixture: PairFixture, tv: float, false_fail: float, false_pas
     the run actually made. Not capped by rows or bytes: a sized run streams (``chunk_bytes``
     a call), and :func:`specgauge.stattests.chain.shards.estimate` refuses what memory cannot hold."""
     rows = 1
-    for p, r in zip(fixture.target, emission_probability(fixture)):
-        r = float(r)
-        if r <= 0:
-            continue
-        m = min_num_samples_for_identity_test(tv, p, false_fail_rate=false_fail, false_pass_rate=false_pass)
+    for _, r, m in identity_draws(fixture, tv, false_fail, false_pass):
         s = EMISSION_MARGIN_Z * math.sqrt(r * (1 - r))
         root = (s + math.sqrt(s * s + 4 * r * m)) / (2 * r)  # n r - z sqrt(n r (1 - r)) = m, in sqrt(n)
         rows = max(rows, math.ceil(root * root))

@@ -555,8 +555,17 @@ class RowsLowerBound:
     draws: int  # the draws any test needs there
     prior: str
 
-    def line(self, fixture: str, run_rows: int, tv: float) -> str:
-        return (f"limit: {fixture} {run_rows:,} rows, {run_rows / self.rows:.2g}x the lower bound {self.rows:,} "
+    def line(self, fixture: str, run_rows: int, tv: float, set_by: str = "",
+             identity: tuple[int, int, int] | None = None) -> str:
+        """``set_by``: the check whose sizing set the run's rows; ``identity``: (rows, position,
+        draws) the identity test alone needs for ``tv``, its own ratio to the bound."""
+        alone = ""
+        if identity is not None:
+            rows, position, draws = identity
+            alone = (f"; the identity test alone needs {rows:,} rows, {rows / self.rows:.3g}x the bound "
+                     f"({draws:,} draws at position {position})")
+        return (f"limit: {fixture} {run_rows:,} rows" + (f", set by {set_by}" if set_by else "")
+                + f", {run_rows / self.rows:.2g}x the lower bound {self.rows:,}{alone} "
                 f"(any test needs {self.draws:,} draws at position {self.position} for worst-case TV {tv:g} at "
                 f"these rates: Neyman-Pearson, mass moved {'either way ' if self.prior != 'one move' else ''}between "
                 f"two halves of p)")

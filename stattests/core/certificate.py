@@ -220,10 +220,10 @@ class Certificate:
         blind = sorted(set(ran.loc[ran["family"] == "exactness", "fixture"]) - set(sized.index))
         if sized.empty:
             return f"exactness: no deviation from p found by the checks on these fixtures ({ffr}; directional figures below)"
-        each = "" if len(sized) == 1 else f", {sized.min():.3g} ({sized.idxmin()}) at the finest"
-        unsized = f"; no worst-case figure on {', '.join(blind)}" if blind else ""
+        finer = "finer on some, guaranteed TV below; " if sized.min() < sized.max() else ""
+        unsized = f"; no worst-case figure on {', '.join(blind)}, only directional ones" if blind else ""
         return (f"exactness: no deviation of TV ≥ {sized.max():.3g} from p found on these fixtures "
-                f"({ffr}, power 0.999{each}{unsized})")
+                f"({finer}{ffr}, power 0.999{unsized})")
 
     def summary(self, csv_path: str | None = None, diagnosis: Sequence[str] = (), unseen: Sequence[str] = ()) -> str:
         """The verdict in a few lines, then the first failures; a longer listing ends with how many more
