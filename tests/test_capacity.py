@@ -191,6 +191,8 @@ def test_plan_rate_answers_per_alpha_states_the_seeds_and_lengthens_short_runs(t
     assert set(sizing["acceptance"]) == {"iid(0.6)", "iid(0.8)"} and set(sizing["seeds"]) == {"0,1"}
     assert (sizing["gpus"] == sizing["replicas"] * sizing["gpus_per_replica"]).all()
     assert (sizing["node_gpus"] % 8 == 0).all()
+    for figure in ("capacity_rps", "replicas", "gpus", "nodes", "node_gpus"):   # every capacity and GPU figure
+        assert (sizing[f"{figure}_lo"] <= sizing[figure]).all() and (sizing[figure] <= sizing[f"{figure}_hi"]).all()
     for alpha in ("iid(0.6)", "iid(0.8)"):
         assert f"acceptance {alpha}: 30 req/s with speculation:" in out
         assert f"acceptance {alpha}: 30 req/s without speculation:" in out
