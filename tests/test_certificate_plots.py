@@ -60,14 +60,14 @@ def test_certify_plot_writes_one_png_per_fixture_beside_the_csv(tmp_path, drawn,
     assert all((tmp_path / p).stat().st_size > 20_000 for p in pngs)
     assert "figures: 2 PNGs beside it" in capsys.readouterr().out
     seed = drawn["cert_seed-six-token.png"]
-    assert seed["title"] == "numpy · seed-six-token · exact, optimal acceptance" and seed["color"] == "black"
+    assert seed["title"] == "numpy · seed-six-token · no deviation found, acceptance on the law" and seed["color"] == "black"
     assert seed["red_patches"] == 0
     panels = " | ".join(seed["panels"])
     for name in ("PIT, vocabulary by id", "PIT, vocabulary by p/q", "observed against expected counts",
                  "acceptance by position against 1 − TV", "tokens per pass against the law"):
         assert name in panels
     sequence = drawn["cert_bigram-v6-far-L4-g2.png"]
-    assert "numpy · bigram-v6-far-L4-g2 · exact" in sequence["title"]
+    assert "numpy · bigram-v6-far-L4-g2 · no deviation found" in sequence["title"]
     assert "first round's tokens per pass" in " | ".join(sequence["panels"])
 
 
@@ -121,8 +121,8 @@ def test_acceptance_by_position_counts_rows_that_reached_each_position():
 def test_the_verdict_in_words():
     rows = pd.DataFrame({"check": ["exactness", "acceptance"], "family": ["exactness", "optimality"],
                          "verdict": ["pass", "pass"]})
-    assert cp.fixture_verdict(rows) == "exact, optimal acceptance"
-    assert cp.fixture_verdict(rows.assign(verdict=["pass", "fail"])) == "exact, not optimal: acceptance failed"
+    assert cp.fixture_verdict(rows) == "no deviation found, acceptance on the law"
+    assert cp.fixture_verdict(rows.assign(verdict=["pass", "fail"])) == "no deviation found, not optimal: acceptance failed"
     assert cp.fixture_verdict(rows.assign(verdict=["fail", "pass"])) == "NOT EXACT: exactness failed"
 
 
