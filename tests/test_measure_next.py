@@ -41,7 +41,7 @@ def test_the_csv_names_runs_and_narrows_at_least_one_decision(planned):
     width_after = table["after_hi"] / table["after_lo"]
     assert (width_after < width_now * 0.99).any()
     best = [line for line in lines if line.startswith("Measure next: ")]
-    assert len(best) == 1 and "Run: " in best[0]
+    assert len(best) == 1 and "Run: " in best[0] and "the `command` column of plan_measure_next.csv" in best[0]
     if any("{any}" in line for line in lines):   # "{any}" is never the whole answer: the line says what narrows it
         assert "γ within it {any} → {" in best[0]
 

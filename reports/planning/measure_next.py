@@ -338,4 +338,15 @@ def best_line(table: pd.DataFrame, csv_name: str = "plan_measure_next.csv") -> s
         whose = f"no speculation is best, and the nearest, {whose},"
     return (f"Measure next: {row['measurement']}: at {where} {whose} would go from "
             f"[{row['interval_lo']:.2f}, {row['interval_hi']:.2f}] to [{row['after_lo']:.2f}, {row['after_hi']:.2f}]"
-            f"{sets} (every row: {csv_name}). Run: {row['command']}")
+            f"{sets}. Run: {_command_words(row['command'], csv_name)}")
+
+
+def _command_words(command: str, csv_name: str) -> str:
+    """A short command as it is; a chain of several as the steps it takes, the whole in the CSV."""
+    steps = command.split(" && ")
+    if len(command) <= 160:
+        return command
+    names = ["scrape /metrics" if "/metrics" in step else " ".join(step.split()[:3 if step.startswith("vllm") else 2])
+             for step in steps]
+    counted = ", ".join(f"{n} ×{names.count(n)}" if names.count(n) > 1 else n for n in dict.fromkeys(names))
+    return f"{counted} ({len(steps)} commands: the `command` column of {csv_name})"
