@@ -246,14 +246,16 @@ def build_draft(name: str | None, *, gpu: GPU, target: Model, target_cost: PassC
     else:
         moe = kind == "mtp" and target.is_moe
         routed = target.experts_per_token * target.expert_params if moe else 0
-        cost = PassDraft(_priced_as_layers(PassCost.from_shape(
+        shape = PassCost.from_shape(
             gpu, linear_params=linear, kv_bytes_per_token=kv, attn_flops_per_ctx=4.0 * target.heads * target.head_dim,
             layers=2, hidden=target.hidden, dtype_bytes=head_bytes, tp=dtp, weight_params=linear - routed,
             expert_params=target.expert_params if moe else 0.0, moe_layers=int(moe), experts=target.experts if moe else 0,
             experts_per_token=target.experts_per_token if moe else 0,
             measured_experts=target.measured_experts if moe else None,
-            mla_layers=int(kind == "mtp" and target.is_mla)), target_cost, target.layers, gpu).split_ranks(dp))
-        if moe:
-            cost = replace(cost, step=replace(cost.step, affinity=target.expert_affinity))
+            mla_layers=int(kind == "mtp" and target.is_mla))
+        if moe:   # an MTP layer of a MoE target runs the target's grouped GEMMs, priced as PassCost.prior prices them
+            shape = replace(shape, c_token=shape.c_token * gpu.moe_token_factor, knee=gpu.moe_knee,
+                            affinity=target.expert_affinity)
+        cost = PassDraft(_priced_as_layers(shape, target_cost, target.layers, gpu).split_ranks(dp))
     # At TP 1 the head's weights and KV sit whole on one GPU, which bounds the KV blocks of all.
     return Draft(kind, f"{kind}:{target.name}", dtp, resident * head_bytes / dtp, kv / dtp, cost, empty)

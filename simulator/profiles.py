@@ -64,15 +64,15 @@ MLA_LAYER_OVERHEAD_US = 269.5
 
 #: An EAGLE or MTP head's pass at batch 1, in layers of the target's own batch-1 pass (the
 #: target's bare pass ÷ its layer count; ``drafts._priced_as_layers``). Published batch-1 runs
-#: that give each round's cost against the plain step put it at 2.6-7.3 layers a source: vLLM's
+#: that give each round's cost against the plain step put it at 2.5-7.2 layers a source: vLLM's
 #: EAGLE-3 head on Llama-3.1-8B on an H100 (SpecDecode-Bench's per-round fit, 3.85; vLLM issue
-#: #20780's K sweep, 7.3 over K = 2-7, which also carries a per-round cost), SGLang's DeepSeek-V3
-#: MTP on H200 (2.6), TensorRT-LLM's DeepSeek-R1 MTP on B200 (blog 2: 6.4; blog 1, layers 1-5:
-#: 4.8) and SGLang's Qwen3-30B-A3B EAGLE-3 on 2 x H100 (30.9, a run its source reports as
+#: #20780's K sweep, 7.2 over K = 2-7, which also carries a per-round cost), SGLang's DeepSeek-V3
+#: MTP on H200 (2.5), TensorRT-LLM's DeepSeek-R1 MTP on B200 (blog 2: 6.3; blog 1, layers 1-5:
+#: 4.8) and SGLang's Qwen3-30B-A3B EAGLE-3 on 2 x H100 (30.7, a run its source reports as
 #: degraded): the median over the six sources (``reports.planning.step_fits``), refitted without
 #: each in the leave-one-source-out folds. A head priced from its shape alone costs about one
 #: layer's fixed part, and an MTP round on an MLA target came out little more than a plain step.
-DRAFT_PASS_LAYERS = 5.6
+DRAFT_PASS_LAYERS = 5.5
 
 #: Bytes a weight; 4-bit formats (MXFP4 as AMD's Quark writes it, NVFP4) at half a byte, their
 #: block scales (one byte per 16-32 weights) left out.
@@ -112,7 +112,7 @@ class GPU:
     non_torch_gib: float = 1.0          # CUDA context, NCCL and cuBLAS workspaces, CUDA graphs
     knee: float = KNEE                  # sharpness of the pass's memory-to-compute knee (cost.blend)
     moe_knee: float = 1.0               # ... of a MoE target's pass: its per-token GEMM time adds to the expert reads
-    moe_token_factor: float = 4.7       # a MoE pass's per-token cost over the dense prior's (small grouped GEMMs)
+    moe_token_factor: float = 4.8       # a MoE pass's per-token cost over the dense prior's (small grouped GEMMs)
     moe_layer_overhead_us: float = MOE_LAYER_OVERHEAD_US  # fixed kernels a MoE layer adds to a pass (router, top-k, grouped GEMMs)
     mla_layer_overhead_us: float = MLA_LAYER_OVERHEAD_US  # fixed kernels an MLA layer adds to a pass (see the constant)
     source: str = "datasheet prior"
