@@ -157,6 +157,9 @@ def test_whole_nodes_headroom_and_spares_and_the_comparison_on_rounded_counts():
                     "GPUs); before rounding it saved 4 GPUs.")
     assert Sizing.nodes(3, 16, 8) == 6 and Sizing.nodes(3, 3, 8) == 2 and Sizing(1.0).node_gpus("h200") == 8
     assert Sizing(1.0).node_gpus("a-user-gpu") == 1
+    own = merge_seeds(_seed_runs().assign(gpu="a-user-gpu"))
+    text = "\n".join(sizing_lines(sizing_table(own, Sizing(30.0)), Sizing(30.0)))
+    assert "a-user-gpu has no known node size: single GPUs; --gpus-per-node N rounds to nodes" in text
 
 
 def test_absurd_rates_get_a_note():
@@ -186,6 +189,7 @@ def test_plan_rate_answers_per_alpha_states_the_seeds_and_lengthens_short_runs(t
     runs = pd.read_csv(csv, comment="#")
     assert sorted(set(runs["seed"])) == [0, 1] and set(runs["requests"]) == {200}
     assert {"capacity_rps_lo", "capacity_rps_hi"} <= set(runs) and runs["stable"].all()
+    assert (runs["served_fraction"] >= 0.98).all() and (runs["queue_growth"] <= 0.02).all()   # what stable means
     sizing = pd.read_csv(tmp_path / "size_sizing.csv", comment="#")
     assert set(sizing["speculation"]) == {"none", "eagle γ=3"}          # γ 0 joins for the comparison
     assert set(sizing["acceptance"]) == {"iid(0.6)", "iid(0.8)"} and set(sizing["seeds"]) == {"0,1"}

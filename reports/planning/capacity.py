@@ -394,6 +394,8 @@ def _answer(row: pd.Series, sizing: Sizing, label: str, prefix: str) -> list[str
     if node > 1:
         steps += (f", rounded up to whole {node}-GPU nodes: {_n(row['nodes'], 'node')}, {_n(row['node_gpus'], 'GPU')}"
                   + (f" ({int(row['node_gpus'] - row['gpus']):,} idle)" if row["node_gpus"] > row["gpus"] else ""))
+    elif sizing.gpus_per_node is None:
+        steps += f" ({row['gpu']} has no known node size: single GPUs; --gpus-per-node N rounds to nodes)"
     lines.append(f"  rounded: {steps}.")
     if row["seed_rounding_edge"]:
         lines.append(f"  note: {row['seed_rounding_edge']}.")
