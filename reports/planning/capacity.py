@@ -153,7 +153,8 @@ def _canonical_gpu(config: SimulationConfig) -> str:
 def add_capacity_intervals(frame: pd.DataFrame, profiles: str | None = None, alpha_measured: bool = False
                            ) -> pd.DataFrame:
     """``capacity_rps_lo``/``_hi`` from the validation's interval of the run's request rate
-    (``reports.planning.intervals``), where it exists; the frame unchanged otherwise."""
+    (``reports.planning.intervals``), where it exists; the frame unchanged otherwise. The
+    validation holds no capacity rows, so the note says whose residuals the interval borrows."""
     try:
         from . import intervals
     except ImportError:  # pragma: no cover - the intervals module ships with the planner
@@ -167,7 +168,8 @@ def add_capacity_intervals(frame: pd.DataFrame, profiles: str | None = None, alp
     scale_hi = with_bands["request_throughput_hi"] / with_bands["request_throughput"]
     out.loc[rated.index, "capacity_rps_lo"] = rated["capacity_rps"] * scale_lo
     out.loc[rated.index, "capacity_rps_hi"] = rated["capacity_rps"] * scale_hi
-    out.loc[rated.index, "capacity_interval_note"] = with_bands["interval_note"]
+    out.loc[rated.index, "capacity_interval_note"] = ("no published capacity rows: borrowed from the interval of a "
+                                                      "simulated request rate; " + with_bands["interval_note"].astype(str))
     return out
 
 
