@@ -382,7 +382,8 @@ def _answer(row: pd.Series, sizing: Sizing, label: str, prefix: str) -> list[str
     lines = [f"{prefix}{sizing.rate:g} req/s {label}: {whole}, {_n(row['replicas'], 'replica')} of {row['layout']} "
              f"({row['speculation']}, batch cap {row['batch_size']}); {row['capacity_rps']:.4g} req/s a replica "
              f"[{row['capacity_rps_lo']:.3g}, {row['capacity_rps_hi']:.3g}] ({spread}), "
-             f"{_gpus_text(row, '_lo')}–{_gpus_text(row, '_hi')} GPUs across that interval."]
+             + (f"{_gpus_text(row, '_lo')} GPUs" if _gpus_text(row, '_lo') == _gpus_text(row, '_hi') else
+                f"{_gpus_text(row, '_lo')}–{_gpus_text(row, '_hi')} GPUs") + " across that interval."]
     steps = f"{sizing.rate:g} req/s" + (f" × {1 + sizing.headroom:g} headroom = {sizing.sized_rate:.4g}"
                                         if sizing.headroom else "")
     ratio = sizing.sized_rate / float(row["capacity_rps"])
