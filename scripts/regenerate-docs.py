@@ -88,9 +88,7 @@ EXAMPLES: tuple[Example, ...] = (
     Example("plan-rate", "docs/planner.md", (
         "specgauge plan --gpu h100 --target llama-3.1-70b --draft eagle --tp 2,4,8 --prompt-len 1000 "
         "--output-len 300 --gamma 3 --slo tpot:60 --rate 40 --no-progress",), slow=True),
-    Example("certify-readme", "README.md", ("specgauge certify --fixture position-dependent --fixture near-identical "
-                                            "--no-progress",),
-            slow=True),
+    Example("certify-readme", "README.md", ("specgauge certify --fixture near-identical --no-progress",), slow=True),
     Example("plan-default", "README.md", ("specgauge plan",), slow=True),
     Example("server-fake", "docs/server.md", (
         "specgauge probe http://127.0.0.1:8765 -L 3 --samples 1000 --top-logprobs 5 --concurrency 1 --out off.jsonl",
