@@ -161,7 +161,7 @@ def measurements(frame: pd.DataFrame, argv: Sequence[str], now: Knowledge) -> li
         scrape = " && ".join(["curl -s $SPEC_SERVER/metrics > before.txt", _bench(first, low, "spec.json", "$SPEC_SERVER"),
                               "curl -s $SPEC_SERVER/metrics > after.txt",
                               _plan_again(argv, acceptance="before.txt,after.txt")])
-        out.append(Measurement("acceptance from the server's /metrics around a run with speculation", scrape,
+        out.append(Measurement("the acceptance in the server's /metrics around a speculative run", scrape,
                                replace(now, alpha_measured=True, alpha_sampled=True)))
         if str(first.get("draft_kind")) in ("model", "ngram"):
             draft = "ngram" if str(first.get("draft_kind")) == "ngram" else "draft=$DRAFT_DIR"
@@ -170,26 +170,26 @@ def measurements(frame: pd.DataFrame, argv: Sequence[str], now: Knowledge) -> li
                                                "--prompts", "prompts.jsonl", "--samples", "4", "--max-new-tokens",
                                                str(int(first.get("output_len") or 256))]).replace("'", ""),
                                    _plan_again(argv, acceptance=f"specgauge-out/acceptance.jsonl:{label}")])
-            out.append(Measurement("acceptance of the draft on your prompts (teacher forcing)", offline,
+            out.append(Measurement("the draft's acceptance on your prompts", offline,
                                    replace(now, alpha_measured=True, alpha_sampled=True)))
     calibrate = ["specgauge", "calibrate", "--gpu", gpu, "--target", target, "--tp", str(int(first.get("tp") or 1)),
                  "--serve", f"nospec-{low}.json", "--serve", f"nospec-{high}.json"]
     if not now.calibrated:
         runs = [_bench(first, low, f"nospec-{low}.json"), _bench(first, high, f"nospec-{high}.json"),
                 shlex.join([*calibrate, "--out", "mine.toml"]), _plan_again(argv, profiles="mine.toml")]
-        out.append(Measurement(f"vllm bench serve without speculation at concurrency {low} and {high}, then calibrate",
+        out.append(Measurement(f"no-speculation runs at concurrency {low} and {high}",
                                " && ".join(runs), replace(now, calibrated=True)))
     if not (now.calibrated and now.alpha_measured):
         spec_run = _bench(first, low, f"spec-{low}.json", "$SPEC_SERVER")
         if now.calibrated:   # the step model is the user's already: the run's acceptance is what it adds
-            runs, what = [spec_run, _plan_again(argv, f"spec-{low}.json")], "one run with speculation"
+            runs, what = [spec_run, _plan_again(argv, f"spec-{low}.json")], f"a speculative run at concurrency {low}"
         else:
             draft = str(first.get("draft") or first.get("draft_kind") or "model")
             runs = [_bench(first, low, f"nospec-{low}.json"), _bench(first, high, f"nospec-{high}.json"), spec_run,
                     shlex.join([*calibrate, "--serve", f"spec-{low}.json:draft={draft}", "--out", "mine.toml"]),
                     _plan_again(argv, f"spec-{low}.json", "mine.toml")]
-            what = f"runs without speculation at concurrency {low} and {high} and one with it at {low}, then calibrate"
-        out.append(Measurement(f"vllm bench serve: {what}", " && ".join(runs),
+            what = f"no-speculation runs at concurrency {low} and {high} and a speculative run at {low}"
+        out.append(Measurement(what, " && ".join(runs),
                                Knowledge(calibrated=True, alpha_measured=True, alpha_sampled=True)))
     return out
 
@@ -289,9 +289,8 @@ def write_measure_next(frame: pd.DataFrame, config_columns: Sequence[str], argv:
 
     table = measure_next(frame, config_columns, argv, alpha_measured, profiles)
     write_csv_atomic(table, path, metadata)
-    line = best_line(table, Path(path).name)
-    return [f"wrote {path}: {len(table)} measurements × decisions, each with the interval after it"] + \
-        ([line] if line else [])
+    line = best_line(table, str(path))
+    return [line or f"wrote {path}: no best-γ decision with an interval to narrow"]
 
 
 def _count(gammas: object) -> int:
@@ -332,13 +331,12 @@ def best_line(table: pd.DataFrame, csv_name: str = "plan_measure_next.csv") -> s
         where += f" @ {row['qps']:g} req/s"
     sets = ""
     if isinstance(row["gammas_within"], str) and "," in row["gammas_within"]:
-        sets = f", γ within it {_set(row['gammas_within'], swept)} → {_set(row['after_gammas_within'], swept)}"
+        sets = f"; γ {_set(row['gammas_within'], swept)} → {_set(row['after_gammas_within'], swept)}"
     whose = f"γ {int(row['interval_gamma'])}'s {metric} speed-up"
-    if int(row["gamma"]) == 0:
-        whose = f"no speculation is best, and the nearest, {whose},"
-    return (f"Measure next: {row['measurement']}: at {where} {whose} would go from "
-            f"[{row['interval_lo']:.2f}, {row['interval_hi']:.2f}] to [{row['after_lo']:.2f}, {row['after_hi']:.2f}]"
-            f"{sets}. Run: {_command_words(row['command'], csv_name)}")
+    whose = f"no speculation is best at {where}; the nearest, {whose}," if int(row["gamma"]) == 0 else \
+        f"{whose} at {where}"
+    return (f"Measure next: {row['measurement']}: {whose} [{row['interval_lo']:.2f}, {row['interval_hi']:.2f}] now, "
+            f"[{row['after_lo']:.2f}, {row['after_hi']:.2f}] after{sets}. Run: {_command_words(row['command'], csv_name)}")
 
 
 def _command_words(command: str, csv_name: str) -> str:
@@ -349,4 +347,4 @@ def _command_words(command: str, csv_name: str) -> str:
     names = ["scrape /metrics" if "/metrics" in step else " ".join(step.split()[:3 if step.startswith("vllm") else 2])
              for step in steps]
     counted = ", ".join(f"{n} ×{names.count(n)}" if names.count(n) > 1 else n for n in dict.fromkeys(names))
-    return f"{counted} ({len(steps)} commands: the `command` column of {csv_name})"
+    return f"{counted} (the commands: {csv_name})"
