@@ -170,9 +170,12 @@ def test_a_row_group_reads_the_target_profile_the_load_and_what_was_given():
                      "batch_size": 64})
     assert I.row_group(row, "ratio") == I.Group("ratio", "prior", "moe", "over 16")
     assert I.row_group(row, "ratio", alpha_measured=True) == I.Group("ratio", "prior", "moe", "over 16")
-    row = pd.Series({"target": "llama-3.1-8b", "step_model_source": "SpecDecode-Bench fit", "batch_size": 1})
+    row = pd.Series({"target": "llama-3.1-8b", "step_model_source": "fitted by specgauge calibrate from 3 measurements", "batch_size": 1})
     assert I.row_group(row) == I.Group("absolute", "calibrated", "dense", "1")
     assert I.row_group(row, alpha_measured=True) == I.Group("absolute", "runs", "dense", "1")
+    shipped_fit = row.copy()
+    shipped_fit["step_model_source"] = "published fit: SpecDecode-Bench simulator predictor.py"
+    assert I.row_group(shipped_fit, alpha_measured=True) == I.Group("absolute", "prior", "dense", "1")   # not the user's
     assert I.format_interval(1.4567, 1.2, math.inf) == "1.46 [1.2, inf]"
 
 
@@ -182,3 +185,37 @@ def test_the_shipped_pools_keep_figures_and_paths_apart():
     assert set(residuals["profile"]) <= set(I.PROFILES) and set(residuals["path"]) == {"loso", "user runs"}
     ratio = residuals[residuals["figure"] == "ratio"]
     assert set(ratio["measured"]) <= {"speedup", "decode_speedup", "throughput_ratio"}
+
+
+def test_a_teams_own_residuals_set_its_intervals_where_they_are_enough(tmp_path):
+    """``plan --validation``: twelve runs of the team's own, each within 3 %, give a ±3 % band for
+    their figure; three are too few for a 90 % quantile and leave the shipped pool, said so."""
+    frame = _plan_rows()
+    enough = _residuals(list(np.linspace(-0.03, 0.03, 12)), figure="absolute", load="2-16")
+    ours = I.add_intervals(frame, own=enough)
+    shipped = I.add_intervals(frame)
+    assert ours.loc[1, "no_spec_mean_tpot_ms_hi"] == pytest.approx(30.0 * math.exp(0.03))
+    assert shipped.loc[1, "no_spec_mean_tpot_ms_hi"] > ours.loc[1, "no_spec_mean_tpot_ms_hi"]
+    assert "your rows, absolute figures" in ours.loc[1, "interval_note"]
+    few = I.add_intervals(frame, own=enough.head(3))
+    assert few.loc[1, "no_spec_mean_tpot_ms_hi"] == pytest.approx(shipped.loc[1, "no_spec_mean_tpot_ms_hi"])
+    assert "your rows: 3 of this figure, 9 needed" in few.loc[1, "interval_note"]
+    path = tmp_path / "mine.csv"
+    enough.to_csv(path, index=False)
+    assert I.read_own_residuals(str(path))["residual"].tolist() == pytest.approx(enough["residual"].tolist())
+
+
+@pytest.mark.parametrize("body, words", [
+    ("a,b\n1,2\n", "holds no residual rows"),
+    ("source,figure,profile,kind,load,residual\n[x],speed,prior,dense,1,0.1\n", "unknown figure or profile speed"),
+    ("source,figure,profile,kind,load,residual\n[x],ratio,prior,dense,1,abc\n", "every residual must be a finite"),
+])
+def test_a_bad_residual_file_is_refused_in_one_line_before_any_work(tmp_path, capsys, body, words):
+    from specgauge.reports.cli import main
+
+    path = tmp_path / "mine.csv"
+    path.write_text(body)
+    assert main(["plan", "--validation", str(path), "--gamma", "0,3", "--batch-size", "1", "--csv",
+                 str(tmp_path / "p.csv")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err and "\n" not in err and not (tmp_path / "p.csv").exists()

@@ -81,6 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--spare-replicas", type=validate.Integer(minimum=0, noun="spare replicas: an integer"),
                        default=None, metavar="K", help="with --rate: K replicas beyond those the rate needs (N+K; "
                        "default 0)")
+    group.add_argument("--validation", default=None, metavar="CSV",
+                       help="your own runs' residuals, as `specgauge validate --add RUN.json:... --mine CSV` writes "
+                       "them: they set the intervals wherever they are enough for one (9 rows of a figure at 90 %%), "
+                       "the shipped validation's elsewhere")
     group.add_argument("--plot", action=argparse.BooleanOptionalAction, default=None,
                        help="write the PNG figures beside the CSV (default: on for the default scenario when "
                        "matplotlib is installed, else off)")
@@ -185,6 +189,11 @@ def main(argv: list[str] | None = None) -> int:
         if not scenario_given and not args.plot:
             say("specgauge plan: matplotlib is not installed, so no figures: pip install 'specgauge[plot]'")
     slo = parse_slo(args.slo)
+    own = None
+    if args.validation is not None:   # read and checked before any work
+        from specgauge.reports.planning.intervals import read_own_residuals
+
+        own = read_own_residuals(args.validation)
     if args.rate is not None:
         _lengthen_short_runs(args, slo)
     _check_not_empty(args)
@@ -233,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     from specgauge.reports.planning.intervals import add_intervals
 
     placeholder = acceptance is None and args.alpha is None
-    frame = add_intervals(frame, alpha_measured=not placeholder, profiles=args.profiles)
+    frame = add_intervals(frame, alpha_measured=not placeholder, profiles=args.profiles, own=own)
     write_csv_atomic(frame, target.path, metadata)
     elapsed = time.perf_counter() - started
     say(f"wrote {target.path}: {len(frame)} configurations in {elapsed:.1f} s"

@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--knee-study", action="store_true",
                         help="instead: every row in sample at each knee of the datasheet prior (1, 1.5, 2, 3, 4, inf), "
                              "the ratios side by side (several minutes)")
+    parser.add_argument("--mine", default=None, metavar="PATH",
+                        help="write your --add rows with their residuals to PATH, for `specgauge plan --validation PATH`: "
+                             "your own runs then set your intervals wherever they are enough for one")
     parser.add_argument("--write-residuals", default=None, metavar="PATH",
                         help="write the held-out residuals the planner's intervals are computed from (the shipped "
                              "reports/planning/data/residuals.csv is this file for the shipped table)")
@@ -145,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     level = _check_level(args.level)
+    if args.mine and not args.add:
+        from specgauge.errors import UsageError
+
+        raise UsageError("--mine writes your --add rows: give --add RUN.json:gpu=...,target=... (or rows.csv)")
     from specgauge.reports.planning.bench_results import check_added_results
 
     check_added_results(args.add, V.RESULT_OPTIONS, args.allow_model_mismatch)   # none twice, each of its target
@@ -207,6 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     if len(borrowed):
         say(f"  ({len(borrowed)} held-out rows take α from another source's run and stay out of the prior path's "
             f"figures and of every pool: {', '.join(borrowed['id'])})")
+    if args.mine and user_rows is not None:
+        mine_rows = V.residuals(folds.iloc[:0], table, own=folds[folds["variant"] == "user"])
+        mine_rows.to_csv(args.mine, index=False)
+        say(f"wrote {args.mine}: {len(mine_rows)} of your rows with their residuals (plan --validation {args.mine})")
     if user_rows is not None:
         from specgauge.reports.planning.intervals import Group, band, figure_of, load_band
 

@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib.resources import files
 
 import numpy as np
@@ -69,6 +69,9 @@ import pandas as pd
 LEVEL = 0.9
 #: Load bands: a batch of one (latency-bound, fixed costs dominate), a few, many.
 LOAD_BANDS = (("1", 1.0), ("2-16", 16.0), ("over 16", math.inf))
+#: Step models the user did not calibrate: the datasheet prior and the fits specgauge ships
+#: (another source's deployment and engine, as far from the user's as the prior).
+SHIPPED_STEPS = ("datasheet prior", "published fit")
 #: What the user gave the planner, from least to most (a pool too small steps down this list).
 PROFILES = ("prior", "calibrated", "runs")
 #: In words, for notes and the docs.
@@ -131,6 +134,7 @@ class Band:
     group: Group
     group_used: Group
     reason: str = ""
+    origin: str = "shipped"     # whose residuals: the shipped validation's, or "yours" (plan --validation)
 
     @property
     def half_width(self) -> float:
@@ -346,9 +350,9 @@ def hard_bounds(row: pd.Series, profiles: str | None = None) -> dict[str, tuple[
 
 def row_group(row: pd.Series, figure: str = "absolute", alpha_measured: bool = False,
               profiles: str | None = None) -> Group:
-    """A result row's pool: MoE from the target profile, calibrated when the step model is a
-    fit (with a measured α: own runs and a speculative run), load from the mean batch the run
-    held (the batch cap when absent)."""
+    """A result row's pool: MoE from the target profile, calibrated when the step model is the
+    user's own fit (``SHIPPED_STEPS`` are not; with a measured α: own runs and a speculative
+    run), load from the mean batch the run held (the batch cap when absent)."""
     from specgauge.simulator.profiles import load_model
 
     try:
@@ -359,7 +363,7 @@ def row_group(row: pd.Series, figure: str = "absolute", alpha_measured: bool = F
     load = row.get("mean_batch_size")
     if load is None or not np.isfinite(float(load)) or float(load) <= 0:
         load = row.get("batch_size") or 1
-    calibrated = not source.startswith("datasheet prior")
+    calibrated = not source.startswith(SHIPPED_STEPS)
     return group_of(figure, profile_of(calibrated, alpha_measured), moe, max(float(load), 1.0))
 
 
@@ -367,26 +371,66 @@ def _note(b: Band, level: float) -> str:
     what = FIGURE_WORDS.get(b.group.figure, b.group.figure)
     if not math.isfinite(b.q):
         return f"{what}: {level:.0%} interval unbounded ({b.reason})"
-    text = f"{what} ±{b.half_width:.0%} ({b.group_used.label()}: {b.n} rows, {b.sources} sources)"
+    whose = "your rows, " if b.origin == "yours" else ""
+    text = f"{what} ±{b.half_width:.0%} ({whose}{b.group_used.label()}: {b.n} rows, {b.sources} sources)"
     return text + (f" [{b.reason}]" if b.reason else "")
+
+
+OWN_COLUMNS = ("source", "figure", "profile", "kind", "load", "residual")
+
+
+def read_own_residuals(path: str) -> pd.DataFrame:
+    """A team's own residuals, as ``specgauge validate --add ... --mine PATH`` writes them (one row
+    per run of theirs, predicted with the shipped constants); a file without them is refused in
+    one line (exit status 2)."""
+    from specgauge import validate
+    from specgauge.reports.planning.validation import ValidationInputError
+
+    import io
+
+    text = validate.read_input_text(path, "validation residuals")
+    try:
+        frame = pd.read_csv(io.StringIO(text))
+    except (pd.errors.EmptyDataError, pd.errors.ParserError) as exc:
+        raise ValidationInputError(f"{path!r} is not a CSV of residuals: {' '.join(str(exc).split())}") from None
+    missing = [c for c in OWN_COLUMNS if c not in frame]
+    if missing or not len(frame):
+        raise ValidationInputError(f"{path!r} holds no residual rows (columns {', '.join(OWN_COLUMNS)}); write it with "
+                                   f"specgauge validate --add RUN.json:gpu=...,target=... --mine {path}")
+    bad = sorted(set(frame["figure"].astype(str)) - set(FIGURES)) + sorted(set(frame["profile"].astype(str)) - set(PROFILES))
+    residual = pd.to_numeric(frame["residual"], errors="coerce")
+    if bad or not np.isfinite(residual).all():
+        raise ValidationInputError(f"{path!r}: unknown figure or profile {', '.join(bad)}" if bad else
+                                   f"{path!r}: every residual must be a finite number")
+    return frame.assign(residual=residual, load=frame["load"].astype(str))
 
 
 def add_intervals(frame: pd.DataFrame, level: float = LEVEL, alpha_measured: bool = False,
                   alpha_spread: tuple[float, float] | None = None, residuals: pd.DataFrame | None = None,
-                  profiles: str | None = None) -> pd.DataFrame:
+                  profiles: str | None = None, own: pd.DataFrame | None = None) -> pd.DataFrame:
     """``frame`` with ``<metric>_lo``/``<metric>_hi`` beside every metric of ``METRICS`` it holds.
 
-    Per row and figure kind, the pool's conformal band; then, for a speculative figure (γ > 0),
+    Per row and figure kind, the pool's conformal band (``own``: a team's own residuals,
+    ``read_own_residuals``, set the band wherever they have the rows a finite quantile needs;
+    elsewhere the shipped pool, said in the note); then, for a speculative figure (γ > 0),
     α's term: the draft kind's published range when α is a placeholder, ``alpha_spread``
     (low, high) when it was measured (none: no widening). Speed-ups and throughputs move with
     α, latencies against it, baselines not at all. Last, the hard bounds (``hard_bounds``)."""
     out = frame.copy()
     pool = pool_rows(shipped_residuals() if residuals is None else residuals)
+    mine = pool_rows(own) if own is not None else None
     cache: dict[Group, Band] = {}
 
     def cached(group: Group) -> Band:   # a sweep has few pools and many rows
         if group not in cache:
-            cache[group] = _band(group, level, pool)
+            yours = _band(group, level, mine) if mine is not None else None
+            if yours is not None and math.isfinite(yours.q):
+                cache[group] = replace(yours, origin="yours")
+            else:
+                shipped = _band(group, level, pool)
+                reason = (f"your rows: {len(_select(mine, Group(group.figure, None, None, None)))} of this figure, "
+                          f"{needed_rows(level)} needed; the shipped validation's pool") if mine is not None else ""
+                cache[group] = replace(shipped, reason="; ".join(p for p in (shipped.reason, reason) if p))
         return cache[group]
 
     bands = {figure: [cached(row_group(row, figure, alpha_measured, profiles)) for _, row in out.iterrows()]

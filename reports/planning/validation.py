@@ -351,6 +351,7 @@ def evaluate(table: pd.DataFrame, profiles: str | None = None, fit_curves: bool 
     measurements gets them). ``reference``: where a ``row:ID`` outside ``table`` is looked up
     (its α calibrated again on ``profiles``). Returns the table with ``simulated``, ``ratio``, ``alpha_used``,
     ``calibration``, ``kind`` (dense, moe), ``profile`` (prior, calibrated) and ``load``."""
+    from specgauge.reports.planning.intervals import SHIPPED_STEPS
     from specgauge.simulator.core import resolve
 
     workdir = workdir or tempfile.mkdtemp(prefix="specgauge-validate-")
@@ -406,7 +407,7 @@ def evaluate(table: pd.DataFrame, profiles: str | None = None, fit_curves: bool 
         role = "calibrated" if fitted and row["gamma"] in ("0", "") else row["role"]
         results[i] = {**row.to_dict(), "simulated": value, "ratio": value / published, "alpha_used": alpha,
                       "calibration": calibration, "role": role, "kind": "moe" if setup.target.is_moe else "dense",
-                      "profile": "prior" if setup.target_cost.source.startswith("datasheet prior") else "calibrated",
+                      "profile": "prior" if setup.target_cost.source.startswith(SHIPPED_STEPS) else "calibrated",
                       "load": float(config.batch_size), "draft_kind": _draft_kind(config)}
     out = [results[i] for i in range(len(table))]
     return pd.DataFrame(out)
@@ -608,11 +609,12 @@ def prior_path(folds: pd.DataFrame) -> pd.DataFrame:
     return folds[keep]
 
 
-def residuals(folds: pd.DataFrame, table: pd.DataFrame | None = None, runs: pd.DataFrame | None = None
-              ) -> pd.DataFrame:
+def residuals(folds: pd.DataFrame, table: pd.DataFrame | None = None, runs: pd.DataFrame | None = None,
+              own: pd.DataFrame | None = None) -> pd.DataFrame:
     """The intervals' table: one row per figure predicted out of sample, r = log(published /
-    simulated): the prior path's held-out rows (``path`` loso) and the user-runs protocol's
-    points (``path`` user runs, ``runs``), each with its ``figure`` (ratio, absolute), its
+    simulated): the prior path's held-out rows (``path`` loso), the user-runs protocol's
+    points (``path`` user runs, ``runs``) and a team's own rows (``path`` yours, ``own``: the
+    ``user`` variant of ``loso``), each with its ``figure`` (ratio, absolute, tail), its
     ``profile`` (what the planner was given) and where its α came from (``alpha_from``)."""
     from specgauge.reports.planning.intervals import figure_of, load_band
 
@@ -626,6 +628,15 @@ def residuals(folds: pd.DataFrame, table: pd.DataFrame | None = None, runs: pd.D
         "load": [load_band(x) for x in predicted["load"]], "gamma": predicted["gamma"].replace("", "0").astype(int),
         "alpha": predicted["alpha_used"], "alpha_from": [alpha_from(r, table) for _, r in predicted.iterrows()],
         "published": predicted["published"].astype(float), "simulated": predicted["simulated"].round(6)})
+    if own is not None and len(own):
+        mine = own[(own["role"] == "predicted") & own["ratio"].notna()]
+        out = pd.concat([out, pd.DataFrame({
+            "source": mine["source"], "id": mine["id"], "path": "yours", "setup": mine["setup"],
+            "measured": mine["measured"], "figure": [figure_of(m) for m in mine["measured"]],
+            "draft_kind": mine["draft_kind"], "kind": mine["kind"], "profile": mine["profile"],
+            "load": [load_band(x) for x in mine["load"]], "gamma": mine["gamma"].replace("", "0").astype(int),
+            "alpha": mine["alpha_used"], "alpha_from": "run", "published": mine["published"].astype(float),
+            "simulated": mine["simulated"].round(6)})], ignore_index=True)
     if runs is not None and len(runs):
         out = pd.concat([out, pd.DataFrame({
             "source": runs["source"], "id": runs["id"], "path": "user runs", "setup": runs["setup"],
