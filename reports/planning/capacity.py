@@ -150,11 +150,12 @@ def _canonical_gpu(config: SimulationConfig) -> str:
     return load_gpu(config.gpu, config.profiles).name
 
 
-def add_capacity_intervals(frame: pd.DataFrame, profiles: str | None = None, alpha_measured: bool = False
-                           ) -> pd.DataFrame:
+def add_capacity_intervals(frame: pd.DataFrame, profiles: str | None = None, alpha_measured: bool = False,
+                           own: pd.DataFrame | None = None) -> pd.DataFrame:
     """``capacity_rps_lo``/``_hi`` from the validation's interval of the run's request rate
     (``reports.planning.intervals``), where it exists; the frame unchanged otherwise. The
-    validation holds no capacity rows, so the note says whose residuals the interval borrows."""
+    validation holds no capacity rows, so the note says whose residuals the interval borrows;
+    ``own``: a user's residuals (``plan --validation``), as ``intervals.add_intervals`` takes them."""
     try:
         from . import intervals
     except ImportError:  # pragma: no cover - the intervals module ships with the planner
@@ -162,7 +163,7 @@ def add_capacity_intervals(frame: pd.DataFrame, profiles: str | None = None, alp
     rated = frame[frame["capacity_rps"].notna()]
     if not len(rated) or "request_throughput" not in frame:
         return frame
-    with_bands = intervals.add_intervals(rated, alpha_measured=alpha_measured, profiles=profiles)
+    with_bands = intervals.add_intervals(rated, alpha_measured=alpha_measured, profiles=profiles, own=own)
     out = frame.copy()
     scale_lo = with_bands["request_throughput_lo"] / with_bands["request_throughput"]
     scale_hi = with_bands["request_throughput_hi"] / with_bands["request_throughput"]
