@@ -86,7 +86,7 @@ def first_level_report(p: np.ndarray, q: np.ndarray, k: int, schemes=("iid", "wi
 def measured_share_of_optimal(run) -> dict[str, float]:
     """From a :class:`~specgauge.stattests.tree.harness.TreeRun` on a one-kind fixture: the
     measured first-level acceptance (the root's drafts accepted), the LP optimum for the
-    same drafts, and the share: "exact, at X % of the optimal acceptance"."""
+    same drafts, and the share: "acceptance at X % of the optimal first-level acceptance"."""
     fx = run.fixture
     if fx.kinds != 1:
         raise ValueError(f"{fx.name} mixes {fx.kinds} kinds of rows: the root's p and q are not one pair")
