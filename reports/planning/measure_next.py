@@ -215,6 +215,8 @@ def measure_next(frame: pd.DataFrame, config_columns: Sequence[str], argv: Seque
     out = []
     for skey, scoped in _groups(frame, scope_cols):   # commands name each scope's own GPU, target and draft
         scope = _scope_label(skey, scope_cols)
+        if not any(v["scope"] == scope for v in now_rows.values()):   # nothing to narrow here
+            continue
         for measurement in measurements(scoped, argv, knowledge):
             if measurement.after not in after_by_level:   # one pass of the planner's path per level
                 after_by_level[measurement.after] = _decisions(intervals_at(frame, measurement.after, profiles),
