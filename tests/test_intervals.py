@@ -219,3 +219,7 @@ def test_a_bad_residual_file_is_refused_in_one_line_before_any_work(tmp_path, ca
                  str(tmp_path / "p.csv")]) == 2
     err = capsys.readouterr().err.strip()
     assert words in err and "\n" not in err and not (tmp_path / "p.csv").exists()
+
+
+def test_every_note_says_the_engine_is_not_priced_apart():
+    assert all(I.ENGINE_NOTE in note for note in I.add_intervals(_plan_rows())["interval_note"])

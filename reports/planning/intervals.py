@@ -89,6 +89,9 @@ METRICS: dict[str, tuple[str, int]] = {
     "no_spec_output_throughput": ("absolute", 0), "no_spec_mean_tpot_ms": ("absolute", 0),
     "no_spec_request_throughput": ("absolute", 0),
 }
+#: The engine is not priced apart: one engine's difference is shown by one source alone
+#: (TensorRT-LLM's DeepSeek step, [9]), so vLLM, SGLang and TensorRT-LLM rows share every pool.
+ENGINE_NOTE = "engine not priced apart (vLLM, SGLang and TensorRT-LLM runs share the pools)"
 #: Speed-ups (exact at γ 0, capped by γ + 1) and TPOTs (floored by the weights' read time).
 SPEEDUPS = ("speedup_vs_no_spec", "tpot_speedup_vs_no_spec")
 TPOTS = ("mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms")
@@ -467,6 +470,7 @@ def add_intervals(frame: pd.DataFrame, level: float = LEVEL, alpha_measured: boo
         parts += [_note(a, level), _note(t, level), f[2]]
         if gamma[i] <= 0:
             parts.append("speed-up 1 by construction (no speculation)")
+        parts.append(ENGINE_NOTE)
         notes.append("; ".join(p for p in parts if p))
     out["interval_note"] = notes
     return out
