@@ -133,6 +133,7 @@ BUG_CLASS = {
     "band-tail-permutation": "tail", "shared-row-randomness": "rows", "shared-at-half-batch": "rows",
     "reseed-without-advancing": "rows", "stratified-rows": "rows", "correction-from-earlier-token": "positions",
     "herded-remainder": "calls", "herded-bonus": "calls", "small-residual-from-p": "small-residual",
+    "bonus-shared-at-half-batch": "rows", "bonus-paired-at-random": "rows",
 }
 
 
