@@ -217,11 +217,12 @@ class Certificate:
         guarantee = ran[ran["detectable"].astype(str).str.startswith("GUARANTEE")]
         worst = guarantee.groupby("fixture")["min_detectable_tv"].max().astype(float)
         sized = worst[np.isfinite(worst) & (worst < 1)]
-        blind = sorted(set(ran.loc[ran["family"] == "exactness", "fixture"]) - set(sized.index))
+        others = sorted(set(ran.loc[ran["family"] == "exactness", "fixture"]) - set(sized.index))
         if sized.empty:
             return f"exactness: no deviation from p found by the checks on these fixtures ({ffr}; directional figures below)"
         finer = "finer on some, guaranteed TV below; " if sized.min() < sized.max() else ""
-        unsized = f"; no worst-case figure on {', '.join(blind)}, only directional ones" if blind else ""
+        unsized = (f"; on {len(others)} of them" + (f" ({', '.join(others)})" if len(others) <= 3 else "")
+                   + " no worst-case figure, only directional ones" if others else "")
         return (f"exactness: no deviation of TV ≥ {sized.max():.3g} from p found on these fixtures "
                 f"({finer}{ffr}, power 0.999{unsized})")
 
