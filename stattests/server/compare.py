@@ -41,6 +41,7 @@ from specgauge.stattests.server.dispersion import FIGURE as DISPERSION_FIGURE
 from specgauge.stattests.server.dispersion import dispersion_test
 from specgauge.stattests.server.probe import ProbeRun
 from specgauge.stattests.server.stats import conditional_goodness_of_fit, homogeneity, min_num_samples_for_homogeneity
+from specgauge.stattests.server.stops import first_stop, overran, split_next
 from specgauge.stattests.server.worstcase import (MIN_CONTEXT_DRAWS, ContextPlan, context_rows, coverage, joint_bound,
                                                   plan_contexts, refuse_contexts)
 
@@ -68,6 +69,8 @@ DETECTABLE = {
     "independence": "TV of the pooled joint of two draws (two choices of a request, or consecutive requests) from "
                     "the product of its margins, in the worst of the row's tests",
     "dispersion": DISPERSION_FIGURE,
+    "honoured": "share of samples that run past a stop string or past max_tokens caught with power 0.999 (an exact "
+                "server has none: one such sample fails the row)",
 }
 _WHAT = {"two-sample": "speculation on vs off, two samples",
          "logprobs": "one sample against the server's own top-k logprobs",
@@ -277,7 +280,7 @@ def _certificate(mode: str, decoder: str, rows: list[ServerRow], target_tv: floa
                                 result.min_detectable_tv, result.df, details)
         out = certificate_row(decoder, row.check, "exactness", mode, row.position, result)
         out["detectable"] = DETECTABLE[row.kind] + (REPORTED if mode == "logprobs" and row.kind not in
-                                                    ("independence", "dispersion") else "")
+                                                    ("independence", "dispersion", "honoured") else "")
         if out["verdict"] == "pass" and not result.min_detectable_tv < 1:  # detects nothing: no pass to claim
             out["verdict"] = "untested"
             out["message"] = (f"{out['message']}; " if out["message"] else "") + \
@@ -361,6 +364,18 @@ def _stop_strings(run: ProbeRun) -> bool:
     return bool(run.header.get("params", {}).get("stop"))
 
 
+def _text_stops(run: ProbeRun) -> tuple[str, ...]:
+    """The run's stop strings where its token names are the pieces of text they add (every sample that
+    ran to its length joins its names into its text): a stop is then placed as a draw
+    (:mod:`~specgauge.stattests.server.stops`); () where it asked for none, or names tokens otherwise
+    (``token_id:N``, or words: no text to find a stop string in, so a stop stays a token not known)."""
+    stops = run.header.get("params", {}).get("stop") or ()
+    stops = (stops,) if isinstance(stops, str) else tuple(stops)
+    whole = [r for r in run.records if r.get("tokens") and r.get("finish") == "length"]
+    pieces = bool(whole) and all("".join(r["tokens"]) == r["text"] for r in whole)  # names join into the text
+    return stops if stops and pieces else ()
+
+
 #: The end of a sample is a draw of its own at the position it ended (two-sample mode's category).
 END = "<end of sample>"
 
@@ -417,8 +432,13 @@ def truncation_note(run: ProbeRun, kind: str, name: str = "", tokenize: Tokenize
         parts.append(f"{capped} with finish_reason 'length': the server generated max_tokens {length} tokens but listed "
                      f"fewer entries (a trailing token withheld, or the byte tokens of one character merged into "
                      f"one entry), so they were not capped")
-    if other:
-        parts.append(f"{other} ended otherwise (a stop string, or no finish reason)")
+    stopped = sum(r.get("finish") == "stop" for r in short) if stop_strings else 0
+    if stopped:
+        parts.append(f"{stopped} stopped with finish_reason 'stop' (a stop string or an end of sequence, one cell: "
+                     f"the stop, a draw at the position it stopped, where the stoppers are known: token ids in the "
+                     f"reference mode, names that join into the text in the logprobs mode; else a token not known)")
+    if other - stopped:
+        parts.append(f"{other - stopped} ended otherwise (no finish reason)")
     if mode == "two-sample":
         then = ("the end of a sample is a category of its own at the position it ended, so both arms are "
                 "compared on it; positions no sample reaches are untested")
@@ -561,6 +581,28 @@ def _combined(parts: list[TestResult], false_fail_rate: float, what: str) -> Tes
                       result.df, details)
 
 
+def honoured_row(run: ProbeRun, rate: float, where: str = "") -> ServerRow:
+    """Whether the server honoured ``stop`` and ``max_tokens``: a sample whose text goes on after a stop
+    string, or that lists more tokens than max_tokens, is one an exact server never gives, so one fails
+    the row (p-value 0); its figure is the share of such samples caught with power 0.999."""
+    params = run.header.get("params", {})
+    stops = params.get("stop") or ()
+    stops = (stops,) if isinstance(stops, str) else tuple(stops)
+    length = _length(run)
+    past_stop = sum(overran(r.get("text", ""), stops) for r in run.records) if stops else 0
+    past_length = sum(len(r.get("token_ids") or r.get("tokens") or []) > length for r in run.records)
+    n = len(run.records)
+    figure = 1.0 - DEFAULT_FALSE_PASS ** (1.0 / n) if n else math.inf
+    bad = past_stop + past_length
+    asked = f"stop {list(stops)} and max_tokens {length}" if stops else f"max_tokens {length}"
+    message = (f"{past_stop} samples go on after a stop string, {past_length} list more than {length} tokens: the "
+               f"server did not honour the request ({asked})" if bad else
+               f"every sample honoured {asked}; a share of {figure:.2g} of samples that did not would be caught with "
+               f"power {1 - DEFAULT_FALSE_PASS:g}")
+    result = TestResult("honoured", float(bad), 0.0 if bad else 1.0, n, rate, figure, 0, {"message": message})
+    return ServerRow(result, "stop-and-length-honoured", where, "honoured")
+
+
 def independence_count(run: ProbeRun) -> int:
     """How many independence rows :func:`_independence_rows` gives for ``run`` (the rate is shared before)."""
     multi = bool(run.header.get("capabilities", {}).get("n"))
@@ -583,7 +625,7 @@ def two_sample(baseline: ProbeRun, candidate: ProbeRun, *, false_fail_rate: floa
     length = _length(candidate)
     kind = unit_kind(baseline, candidate, tokenize=tokenize)
     prompt, arm, seqs = encode([baseline, candidate], length, kind, tokenize)
-    rate = false_fail_rate / (2 * length + 1 + independence_count(baseline) + independence_count(candidate))
+    rate = false_fail_rate / (2 * length + 3 + independence_count(baseline) + independence_count(candidate))
     rng = np.random.default_rng(seed)
     joint = homogeneity(prompt, _rows(seqs), arm, false_fail_rate=rate, test=f"joint_first_{length}_tokens")
     n_prompts = len(baseline.header["prompts"])
@@ -600,6 +642,7 @@ def two_sample(baseline: ProbeRun, candidate: ProbeRun, *, false_fail_rate: floa
                               "closeness-per-context", f"pos{k}", "closeness"))
     for a, run in enumerate((baseline, candidate)):
         rows += _independence_rows(run, rate, ("baseline", "candidate")[a])
+        rows.append(honoured_row(run, rate, ("baseline", "candidate")[a]))
     notes = _same_notes(baseline, candidate) + truncation_note(baseline, kind, "baseline: ", tokenize) \
         + truncation_note(candidate, kind, "candidate: ", tokenize)
     return _certificate("two-sample", str(law_params(candidate)["model"]), rows, target_tv, kind, notes)
@@ -771,7 +814,7 @@ def _one_sample(mode: str, run: ProbeRun, kind: str, prompt: np.ndarray, seqs: n
                          f"a partial character; the others' laws are shared by their draws, so none is biased"]
     named = tuple(refused_prompts) + _lost_contexts(whole, plan, seqs, spell)
     pit = _pit(plan, cells, law_of, seed)
-    reserved = length + 1 + independence_count(run)
+    reserved = length + 2 + independence_count(run)  # the chi-square rows, the PIT, the honoured row
     rows, rate, short = _identity_rows(plan, cells, law_of, false_fail_rate, reserved, target_tv,
                                        len(run.header["prompts"]), length, laws is not None, seed)
     notes = notes + short
@@ -779,6 +822,7 @@ def _one_sample(mode: str, run: ProbeRun, kind: str, prompt: np.ndarray, seqs: n
     rows.append(ServerRow(ks_uniformity(pit, false_fail_rate=rate, test="pit_ks"), "pit-probability-order", "",
                           "pit"))
     rows += _independence_rows(run, rate)
+    rows.append(honoured_row(run, rate))
     notes = truncation_note(run, kind, tokenize=tokenize, mode=mode) + notes
     return _certificate(mode, str(law_params(run)["model"]), rows, target_tv, kind, notes, length, named)
 
@@ -838,6 +882,7 @@ def logprob_cells(run: ProbeRun, eos: Sequence[str] = ()) -> tuple[np.ndarray, n
     records = [r for r in run.records if "tokens" in r]
     length = _length(run)
     stop_strings = _stop_strings(run)
+    stops = _text_stops(run)  # stop strings whose stops are draws here: tokens named as text
     k = max((len(row) for r in records for row in r.get("top", [])), default=0)
     if k == 0:
         raise InputFileError("the run's top logprobs are empty: probe with --top-logprobs K >= 1")
@@ -851,6 +896,8 @@ def logprob_cells(run: ProbeRun, eos: Sequence[str] = ()) -> tuple[np.ndarray, n
     ends = set(eos) or listed_end(records, length, stop_strings)
     for i, r in enumerate(records):
         row_names, row_drawn = [], list(r["tokens"][:length])
+        cut = first_stop(row_drawn, stops) if stops and r.get("finish") == "stop" else None
+        row_drawn = row_drawn if cut is None else row_drawn[:cut]  # listed past the stop: not draws
         for j, token in enumerate(row_drawn):
             top = r.get("top", [])[j] if j < len(r.get("top", [])) else []
             usable[i, j] = bool(top)  # this draw reported its context's law
@@ -863,7 +910,7 @@ def logprob_cells(run: ProbeRun, eos: Sequence[str] = ()) -> tuple[np.ndarray, n
         if len(row_drawn) < length and not (row_drawn and row_drawn[-1] in ends):
             j = len(row_drawn)
             usable[i, j] = False  # its law comes from another draw at the context
-            if stopped_at_end(r, stop_strings):
+            if stopped_at_end(r, stop_strings) or (stops and r.get("finish") == "stop"):
                 row_drawn.append(END)
                 seqs[i, j] = vocab.setdefault(END, len(vocab))
             else:
@@ -894,7 +941,18 @@ def logprob_cells(run: ProbeRun, eos: Sequence[str] = ()) -> tuple[np.ndarray, n
     for c in np.flatnonzero(source >= 0):
         pos = int(plan.position[c])
         members = np.flatnonzero(plan.label[:, pos] == c)
-        lookup = {t: j for j, t in enumerate(names[source[c]][pos])}
+        top = names[source[c]][pos]
+        lookup = {t: j for j, t in enumerate(top)}
+        if stops:  # the stop is a cell: the stoppers, the end and any unlisted token (which may stop too)
+            head = "".join(drawn[source[c]][:pos])
+            stopper, unclean = split_next(head, [head + t for t in top], stops)
+            if unclean:  # a stop string could span draws here: not testable without bias
+                usable[members, pos] = False
+                continue
+            merged = [j for j, t in enumerate(top) if stopper[j] or t == end]
+            laws[members, pos, k] += laws[members][:, pos][:, merged].sum(axis=1)
+            laws[np.ix_(members, [pos], merged)] = 0.0
+            lookup = {t: j for t, j in lookup.items() if j not in merged}
         cells[members, pos] = [lookup.get(end if drawn[i][pos] == END else drawn[i][pos], k) for i in members]
     return prompt, seqs, cells, laws, usable, end
 

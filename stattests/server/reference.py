@@ -132,7 +132,7 @@ def _merged(ids: list[int], text_ids: list[int], length: int) -> list[int] | Non
 
 
 def sample_ids(record: dict, length: int, text_ids: Callable[[str], list[int]], decode: Callable[[list[int]], str],
-               eos: Sequence[int], stop_strings: bool = False) -> list[int] | None:
+               eos: Sequence[int], stop_strings: bool | Sequence[str] = False) -> list[int] | None:
     """A sample's token ids, at most L, with what ended it where it has fewer.
 
     Its listed ids (else its text's, re-tokenised); where fewer than L, position len(ids) is
@@ -142,8 +142,20 @@ def sample_ids(record: dict, length: int, text_ids: Callable[[str], list[int]], 
     one whole token (llama.cpp merges the byte tokens of a character under the last byte's id;
     an entry named ``token_id:N``, vLLM's spelling, is the whole token N) is −2 at its position, unless the text's own L ids hold the listed ones in order (no token
     list to check: −2 from the start). Any end id becomes ``eos[0]``. None: the text re-tokenises to more than L tokens (the server's
-    tokens are not known; its prompt is refused rather than a biased subset tested)."""
+    tokens are not known; its prompt is refused rather than a biased subset tested).
+
+    ``stop_strings`` given as the strings (not a flag): a sample that ended with "stop" drew the
+    stop at the position it stopped, ``eos[0]``, the cell a stop shares with the end of sequence
+    (the law must carry the stoppers' mass there: :func:`~specgauge.stattests.server.stops.apply_stops`),
+    and listed tokens from the one that completes a stop string on are cut (a server may list them)."""
     listed = record.get("token_ids")
+    stops = [s for s in stop_strings if s] if not isinstance(stop_strings, bool) else []
+    if stops and listed and eos and record.get("finish") == "stop":
+        from specgauge.stattests.server.stops import stops_in
+
+        cut = next((j for j in range(len(listed)) if stops_in(decode(list(listed[:j + 1])), stops)), None)
+        if cut is not None and cut < length:
+            return list(listed[:cut]) + [eos[0]]
     ids = list(listed) if listed else list(text_ids(record["text"])) if record["text"] else []
     ends = set(eos)
     if listed and len(ids) < length and record.get("finish") == "length":
@@ -160,7 +172,7 @@ def sample_ids(record: dict, length: int, text_ids: Callable[[str], list[int]], 
     ids = [eos[0] if i in ends else i for i in ids]
     if len(ids) == length or (ids and eos and ids[-1] == eos[0]):
         return ids
-    if record.get("finish") == "stop" and not stop_strings and eos:
+    if record.get("finish") == "stop" and (not stop_strings or stops) and eos:
         return ids + [eos[0]]
     return ids + [-2]
 

@@ -1,0 +1,108 @@
+"""Stop strings as events of the law: a censored draw, and whether the server honoured them.
+
+A server asked for stop strings cuts a sample's text where the first one starts and ends it
+with finish_reason "stop". Its draws up to there are draws of the law; what it drew from
+there on is censored at a known point. At a context y (the prompt and the tokens before a
+position), the next token t is one of
+
+- a *stopper*: text(y + t) holds a stop string that text(y) does not (the sample stops at
+  this position, whether or not the server lists t);
+- any other token, emitted as itself.
+
+So the stop is one cell of the context's law, of mass Σ p(stoppers) (plus the end of
+sequence's, which also ends with "stop": the two cannot be told apart and share the cell),
+and the other tokens keep theirs: the law conditioned on not having stopped, times the
+chance of going on. This holds where no stop string can *span* draws: where text(y) ends
+with a proper prefix of a stop string, or some token t leaves text(y + t) ending in one
+without holding it, a later token may complete the string and cut the sample at or before
+this position, which this position's law alone cannot say. Such a context is *unclean*: the
+comparison leaves it (and what lies under it) untested rather than test a biased subset.
+A stop string of one character never spans.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+
+def stops_in(text: str, stops: Sequence[str]) -> bool:
+    """Whether ``text`` holds any of the stop strings."""
+    return any(s and s in text for s in stops)
+
+
+def ends_in_prefix(text: str, stops: Sequence[str]) -> bool:
+    """Whether ``text`` ends with a nonempty proper prefix of a stop string (one a later token could complete)."""
+    return any(text.endswith(s[:j]) for s in stops for j in range(1, len(s)))
+
+
+def split_next(prefix: str, texts: Sequence[str], stops: Sequence[str]) -> tuple[list[bool], bool]:
+    """(stopper per continuation, unclean): which continuations (``texts``: the whole text of the
+    prefix and one more token) hold a stop string the ``prefix`` text does not, and whether a string
+    could span draws here (the prefix ends in a proper prefix of one, or a continuation that is not
+    a stopper does)."""
+    stopper = [stops_in(t, stops) and not stops_in(prefix, stops) for t in texts]
+    unclean = ends_in_prefix(prefix, stops) or any(not s and ends_in_prefix(t, stops) for s, t in zip(stopper, texts))
+    return stopper, unclean
+
+
+def apply_stops(tokens, index, table, decode_many, stops: Sequence[str], stop_id: int):
+    """A reference law (``tokens[N, L]``, ``index[N, L]`` rows of ``table[C, V]``) with the stop as a
+    cell: at each context, the stoppers' mass moved onto ``stop_id`` (the end of sequence's cell: a
+    sample that ended with "stop" drew either), and every draw at an unclean context, and under it,
+    marked −2 (a token not known: the comparison leaves those contexts untested). Returns (tokens,
+    index, table), one row per context now (rows a context-free law shared may differ by prefix).
+    ``decode_many(list of id lists) -> texts``; one decode per vocabulary entry per context."""
+    import numpy as np
+
+    tokens = np.array(tokens, copy=True)
+    index = np.array(index, copy=True)
+    vocab = np.arange(table.shape[1])
+    rows: list = []
+    keys: dict[tuple, int] = {}
+    for i, k in zip(*np.nonzero(index >= 0)):
+        prefix = tuple(int(t) for t in tokens[i, :k])
+        key = (int(index[i, k]), prefix)
+        if key not in keys:
+            law = np.array(table[key[0]], dtype=np.float64, copy=True)
+            if any(t < 0 for t in prefix):
+                keys[key] = len(rows)
+                rows.append(law)
+                continue
+            stopper, unclean = split_next(decode_many([list(prefix)])[0],
+                                          decode_many([list(prefix) + [int(t)] for t in vocab]), stops)
+            if unclean:
+                keys[key] = -2
+            else:
+                stopper = np.asarray(stopper) & (vocab != stop_id)
+                law[stop_id] += law[stopper].sum()
+                law[stopper] = 0.0
+                keys[key] = len(rows)
+                rows.append(law)
+        if keys[key] == -2:  # a stop could span draws here: the draw is not known, nor anything under it
+            tokens[i, k:] = np.where(tokens[i, k:] == -1, -1, -2)
+            index[i, k] = 0
+        else:
+            index[i, k] = keys[key]
+    table = np.stack(rows).astype(np.float32) if rows else np.zeros((1, table.shape[1]), np.float32)
+    return tokens, index, table
+
+
+def first_stop(pieces: Sequence[str], stops: Sequence[str]) -> int | None:
+    """The position of the first piece whose text completes a stop string (the pieces joined), or None:
+    a server that lists the stopping token (vLLM) lists draws past the cut, which are not draws."""
+    text = ""
+    for k, piece in enumerate(pieces):
+        if not stops_in(text, stops) and stops_in(text + piece, stops):
+            return k
+        text += piece
+    return None
+
+
+def overran(text: str, stops: Sequence[str]) -> bool:
+    """Whether a sample's text goes on after a stop string: the server did not stop there (a text that
+    ends with the string, as with vLLM's include_stop_str_in_output, is not an overrun)."""
+    for s in stops:
+        i = text.find(s) if s else -1
+        if i >= 0 and i + len(s) < len(text):
+            return True
+    return False
