@@ -268,11 +268,12 @@ def teacher_forced_law(ref: ReferenceModel, run: ProbeRun) -> tuple:
     warpers = _warpers(ref)
     eos = end_ids(ref.path)
     ends = set(eos)
-    stop_strings = bool(run.header["params"].get("stop"))
+    stops = run.header["params"].get("stop") or ()
+    stops = (stops,) if isinstance(stops, str) else tuple(stops)
     prompts, completions, mismatched = [], [], np.zeros(len(run.header["prompts"]), np.int64)
     for r in run.records:
         ids = sample_ids(r, length, lambda text: tokenizer(text, add_special_tokens=False)["input_ids"],
-                         tokenizer.decode, eos, stop_strings)
+                         tokenizer.decode, eos, stops or False)
         if ids is None:
             mismatched[r["p"]] += 1
             continue
@@ -308,4 +309,10 @@ def teacher_forced_law(ref: ReferenceModel, run: ProbeRun) -> tuple:
             bar.update(int(np.sum((inverse >= start) & (inverse < start + BATCH))))  # the samples this batch covers
     bar.close()
     law = lump_ends(np.stack(table), eos) if table else np.zeros((0, 0), np.float32)
+    if stops and eos and table:  # the stop as a cell of each context's law, shared with the end of sequence
+        from specgauge.stattests.server.stops import apply_stops
+
+        tokens, index, law = apply_stops(tokens, index, law,
+                                         lambda many: tokenizer.batch_decode(many, skip_special_tokens=True),
+                                         stops, eos[0])
     return prompt, tokens, index, law, mismatched
