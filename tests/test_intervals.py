@@ -223,3 +223,16 @@ def test_a_bad_residual_file_is_refused_in_one_line_before_any_work(tmp_path, ca
 
 def test_every_note_says_the_engine_is_not_priced_apart():
     assert all(I.ENGINE_NOTE in note for note in I.add_intervals(_plan_rows())["interval_note"])
+
+
+def test_knowing_more_never_borrows_a_narrower_band_than_knowing_less():
+    """A calibrated dense figure with no calibrated rows does not take the all-kinds prior pool
+    (narrow, from MoE rows) when the dense prior pool is wider."""
+    moe = _residuals(list(np.linspace(0.01, 0.1, 20)), kind="moe")
+    dense = _residuals(list(np.linspace(0.5, 0.9, 12)), kind="dense")
+    both = pd.concat([moe, dense], ignore_index=True)
+    prior = I.band(I.Group("ratio", "prior", "dense", "1"), 0.9, both)
+    calibrated = I.band(I.Group("ratio", "calibrated", "dense", "1"), 0.9, both)
+    assert I.Group("ratio", "calibrated", None, None).parent() == I.Group("ratio", "prior", None, None)
+    assert I.band(I.Group("ratio", "prior", None, None), 0.9, both).q < prior.q   # the parent alone would narrow it
+    assert calibrated.q == pytest.approx(prior.q)

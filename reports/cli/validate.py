@@ -107,6 +107,27 @@ def coverage_lines(rows: pd.DataFrame, level: float) -> list[str]:
     return lines
 
 
+def pool_lines(residual_rows: pd.DataFrame, level: float) -> list[str]:
+    """The half-widths the planner reads, per pool and load band, from every residual (a band
+    too small for a finite quantile borrows from its parent pool, named in parentheses)."""
+    from specgauge.reports.planning.intervals import FIGURE_WORDS, FIGURES, LOAD_BANDS, PROFILES, Group, band
+
+    lines = [f"pools the planner reads ({level * 100:.0f} % half-widths from every residual; in parentheses the "
+             f"pool a band too small borrows from):"]
+    for figure in FIGURES:
+        for profile in PROFILES:
+            for kind in ("dense", "moe"):
+                parts = []
+                for name, _ in LOAD_BANDS:
+                    b = band(Group(figure, profile, kind, name), level, residual_rows)
+                    text = _half(b.half_width) if math.isfinite(b.q) else "unbounded"
+                    if b.group_used != b.group:
+                        text += f" ({b.group_used.label()})"
+                    parts.append(f"batch {name} {text}")
+                lines.append(f"  {FIGURE_WORDS[figure]}, {profile}, {kind}: " + "; ".join(parts))
+    return lines
+
+
 def _half(width: float) -> str:
     """A median half-width as printed: ``±16 %``, or ``unbounded``."""
     return f"±{width * 100:.0f} %" if np.isfinite(width) else "unbounded"
@@ -208,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     for line in coverage_lines(predicted, level):
         say(line)
     measured = predicted[predicted["alpha_from"] != "other"]
+    for line in pool_lines(residual_rows, level):
+        say(line)
     for line in path_lines(measured, runs, level):
         say(line)
     borrowed = predicted[predicted["alpha_from"] == "other"]

@@ -26,9 +26,11 @@ Pools (``Group``) are what the planner knows about a figure:
 - ``kind`` (a dense or MoE target) and the ``load`` band of the batch.
 
 A pool with fewer rows than a finite quantile needs (9 at 90 %) does not take a tighter
-pool's bound: it takes the wider of its parent pool's (the load band dropped, then the
-kind, then the profile stepped down to what less knowledge gives, never the figure) and its
-own largest residual, and says so in ``Band.reason``. Residuals whose α was borrowed from
+pool's bound: it takes the widest of its parent pool's (the load band dropped, then the
+kind, then the profile stepped down to what less knowledge gives, never the figure), its own
+largest residual and, where its profile has too few rows of its kind at any load, the pool
+of the same kind and load one profile down (knowing more never borrows a narrower band than
+knowing less), and says so in ``Band.reason``. Residuals whose α was borrowed from
 another source are left out of every pool: α's uncertainty is not the step model's.
 
 α is its own term, moved through the simulator's law of tokens a round: a speculative
@@ -124,6 +126,13 @@ class Group:
         if self.profile is not None:
             i = PROFILES.index(self.profile) if self.profile in PROFILES else 0
             return Group(self.figure, PROFILES[i - 1] if i > 0 else None, None, None)
+        return None
+
+    def less_known(self) -> "Group | None":
+        """The same figure, kind and load with the profile one step down (``runs`` → ``calibrated``
+        → ``prior``): a pool whose profile has too few rows of its kind is never narrower."""
+        if self.profile in PROFILES[1:]:
+            return Group(self.figure, PROFILES[PROFILES.index(self.profile) - 1], self.kind, self.load)
         return None
 
 
@@ -234,6 +243,13 @@ def _band(group: Group, level: float, residuals: pd.DataFrame) -> Band:
         return Band(math.inf, len(r), own["source"].nunique(), group, group,
                     f"{len(r)} validation rows of {group.label()}; a {level:.0%} interval needs {needed_rows(level)}")
     wider = _band(parent, level, residuals)
+    lower = group.less_known()
+    same_kind = Group(group.figure, group.profile, group.kind, None)
+    if lower is not None and lower != parent and len(_select(residuals, same_kind)) < needed_rows(level):
+        # no evidence at this profile for this kind: never a narrower band than knowing less gives
+        alternative = _band(lower, level, residuals)
+        if alternative.q > wider.q:
+            wider = alternative
     if not math.isfinite(wider.q):
         return Band(math.inf, len(r), own["source"].nunique(), group, wider.group_used,
                     f"{len(r)} validation rows for {group.label()}, and no wider pool has the {needed_rows(level)} "
