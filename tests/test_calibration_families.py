@@ -30,7 +30,7 @@ from specgauge.fixtures.real_laws import fixtures as real_law_fixtures
 from specgauge.stattests.chain.certify import SEQUENCE_CASES, CertConfig, certify
 from specgauge.stattests.core.reference import NumpyDecoder
 from specgauge.stattests.chain.checks import PAIRWISE_CALL_ROWS
-from specgauge.stattests.chain.harness import MIN_CALLS, chunk_rows, emission_probability
+from specgauge.stattests.chain.harness import call_step, emission_probability
 from specgauge.stattests.core.sampling import multinomial_counts
 from specgauge.stattests.chain.sequences import sequence_distribution
 from specgauge.stattests.core.statistics import (MIN_EXPECTED, _pool, acceptance_rate_test, goodness_of_fit, ks_uniformity,
@@ -198,22 +198,25 @@ def _independence_pvalues(p: np.ndarray, n: int, reps: int, rng: np.random.Gener
     return np.array(out)
 
 
-def _pair_sizes(name: str) -> dict[str, int]:
-    """The number of pairs each independence sub-test of the certification sees on ``name``."""
+def _pair_sizes(name: str) -> dict[str, tuple[int, int]]:
+    """(pairs, position) each independence sub-test of the certification sees on ``name``: the row
+    tests at position 0 and at the bonus (pairs of rows that both reach it), positions 0 and γ."""
     f = FIXTURES[name]
     n = rows(name)
-    step = chunk_rows(f, CONFIG.chunk_bytes)
-    if not f.call_rows:
-        step = min(step, max(1, -(-n // MIN_CALLS)))
+    step = call_step(f, n, CONFIG.chunk_bytes)
     calls = n // step
-    sizes = {"across calls": (calls // 2) * step}
-    if 2 <= step <= PAIRWISE_CALL_ROWS:
-        sizes["a pair of rows of a call"] = calls
-    elif step > PAIRWISE_CALL_ROWS:
-        sizes["lag 1 within calls"] = calls * (step // 2)
     reach = emission_probability(f)
-    sizes["positions 0 and γ"] = int(n * reach[-1])
-    return {k: v for k, v in sizes.items() if v > 0}
+    sizes = {}
+    for k in sorted({0, f.gamma}):
+        both = float(reach[k]) ** 2
+        where = "position 0" if k == 0 else "the bonus"
+        sizes[f"across calls at {where}"] = (int((calls // 2) * step * both), k)
+        if 2 <= step <= PAIRWISE_CALL_ROWS:
+            sizes[f"a pair of rows of a call at {where}"] = (int(calls * both), k)
+        elif step > PAIRWISE_CALL_ROWS:
+            sizes[f"lag 1 within calls at {where}"] = (int(calls * (step // 2) * both), k)
+    sizes["positions 0 and γ"] = (int(n * reach[-1]), f.gamma)
+    return {k: v for k, v in sizes.items() if v[0] > 0}
 
 
 @pytest.mark.slow
@@ -223,11 +226,11 @@ def test_independence_is_calibrated_on_every_fixture(name):
     failed 6–13× too often. Pooled by expected cell counts, the tails are the declared ones."""
     f = FIXTURES[name]
     seen = set()
-    for label, n in _pair_sizes(name).items():
-        p = f.target[0] if "positions" not in label else f.target[-1]
-        if round(n, -len(str(n)) + 2) in seen:  # the same shape at (nearly) the same size
+    for label, (n, k) in _pair_sizes(name).items():
+        p = f.target[k]
+        if (k, round(n, -len(str(n)) + 2)) in seen:  # the same shape at (nearly) the same size
             continue
-        seen.add(round(n, -len(str(n)) + 2))
+        seen.add((k, round(n, -len(str(n)) + 2)))
         reps = REPLICATES if f.vocab_size <= 1000 else 1000
         pvalues = _independence_pvalues(p, n, reps, np.random.default_rng([29, n, len(name)]))
         if np.ptp(pvalues) == 0:
@@ -235,6 +238,39 @@ def test_independence_is_calibrated_on_every_fixture(name):
         # small tables (a few hundred pairs) are discrete: they may fail less often, never more
         assert_calibrated(pvalues, f"independence, {name}, {label}, n {n}",
                           conservative=reps < REPLICATES or n < 5000)
+
+
+#: (fixture, position): the whole-call count sub-test of independence-rows at the default tier's run
+#: shape, where a position is reached by some rows only; large calls are the slow tier's.
+WHOLE_CALL_SHAPES = [("batch8-g8", 8, 300), pytest.param("batch12-g5", 0, 1000, marks=pytest.mark.slow),
+                     pytest.param("seed-six-token", 4, 300, marks=pytest.mark.slow),
+                     pytest.param("q-zeros", 3, 300, marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("name, k, reps", WHOLE_CALL_SHAPES,
+                         ids=["batch8-g8-bonus", "batch12-g5-pos0", "seed-six-token-bonus", "q-zeros-bonus"])
+def test_whole_call_counts_are_calibrated(name, k, reps):
+    """p-values of the whole-call count sub-test (each call's first m reaching rows, their count in
+    the band, Chernoff bounds on the exact conditional law) under the null at the run's shape:
+    rows reach the position with its emission probability and draw from p there. A proven
+    bound, so conservative: never below its level more often than declared."""
+    from specgauge.stattests.chain.checks import _call_block_test, heavy_band
+
+    f = FIXTURES[name]
+    n = rows(name)
+    step = call_step(f, n, CONFIG.chunk_bytes)
+    calls = n // step
+    p, reach = f.target[k], float(emission_probability(f)[k])
+    band = heavy_band(p)
+    cdf = np.cumsum(p)
+    rng = np.random.default_rng([67, k, len(name)])
+    pvalues = []
+    for _ in range(reps):
+        grid = np.minimum(np.searchsorted(cdf, rng.random((calls, step)) * cdf[-1], side="right"), p.size - 1)
+        grid = np.where(rng.random((calls, step)) < reach, grid, -1)
+        pvalues.append(_call_block_test(grid, band, 0.5, 1e-3).pvalue)
+    assert_calibrated(np.array(pvalues), f"whole-call counts, {name} position {k}, {calls} calls of {step}",
+                      conservative=True)
 
 
 def test_old_pooling_was_miscalibrated():

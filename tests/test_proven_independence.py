@@ -177,11 +177,58 @@ def test_stratified_calls_fail_the_call_block_test():
     calls, b = 16, 300
     u = (rng.permuted(np.tile(np.arange(b), (calls, 1)), axis=1) + rng.random((calls, b))) / b
     cdf = np.cumsum(SEED_TARGET)
-    tokens = np.searchsorted(cdf, u.ravel() * cdf[-1], side="right")
+    tokens = np.searchsorted(cdf, u.ravel() * cdf[-1], side="right").reshape(calls, b)
     inside = heavy_band(SEED_TARGET)
-    assert not _call_block_test(inside[tokens], b, GATE_RATE).passed
-    fresh = _draw(SEED_TARGET, (calls * b,), rng)
-    assert _call_block_test(inside[fresh], b, GATE_RATE).passed
+    assert not _call_block_test(tokens, inside, GATE_RATE, 1e-3).passed
+    fresh = _draw(SEED_TARGET, (calls, b), rng)
+    assert _call_block_test(fresh, inside, GATE_RATE, 1e-3).passed
+
+
+def _reaching(p: np.ndarray, calls: int, b: int, reach: float, rng: np.random.Generator,
+              paired: bool = False) -> np.ndarray:
+    """A position's grid [calls, B]: each row reaches it with probability ``reach`` (PAD
+    otherwise) and draws from p there; ``paired``: rows paired at random within each call, a
+    pair that both reach it emitting the same token (every row's law still p)."""
+    grid = _draw(p, (calls, b), rng)
+    if paired:
+        order = rng.permuted(np.tile(np.arange(b), (calls, 1)), axis=1)
+        h = b // 2
+        rows = np.arange(calls)[:, None]
+        grid[rows, order[:, h:2 * h]] = grid[rows, order[:, :h]]
+    return np.where(rng.random((calls, b)) < reach, grid, -1)
+
+
+#: (calls, rows a call, reach): batch8-g8's bonus and batch12-g5's at the default tier's calls,
+#: a large call's bonus (seed-six-token's reach), and a position few rows reach.
+CALL_SHAPES = [(2_810, 8, 0.43), (1_586, 12, 0.59), pytest.param(34, 3_000, 0.66, marks=pytest.mark.slow),
+               (200, 8, 0.1)]
+
+
+@pytest.mark.parametrize("calls, b, reach", CALL_SHAPES, ids=["2810x8", "1586x12", "34x3000", "200x8-rare"])
+def test_the_whole_call_test_holds_its_rate_on_rows_that_reach_a_position(calls, b, reach):
+    """The whole-call count test reads the first m reaching rows of each call (m from the
+    pattern of rows that reach the position, which the null makes independent of the tokens
+    there): at rate 0.05 it fails independent rows no more often than that, whatever that
+    pattern. (Large calls are the slow tier's: every replicate's exact law is a new one, 0.5 s.)"""
+    rng = np.random.default_rng([59, calls, b])
+    inside = heavy_band(SEED_TARGET)
+    runs = 200
+    fails = sum(not _call_block_test(_reaching(SEED_TARGET, calls, b, reach, rng), inside, RATE, 1e-3).passed
+                for _ in range(runs))
+    assert _not_above(fails, runs, RATE), f"{fails} of {runs} failed at {RATE}"
+
+
+def test_rows_paired_at_random_fail_the_whole_call_test_where_calls_are_many():
+    """Rows paired at random within 8-row calls, a pair that both reach the bonus sharing its
+    token (batch8-g8's shape at the default tier: 2,810 calls, bonus reached by 43 %): every
+    pair of rows shares only one time in seven, but each call's band count is over-dispersed,
+    and the test fails them at the gate's rate in 20 of 20 runs, by the upper tail."""
+    rng = np.random.default_rng(61)
+    inside = heavy_band(SEED_TARGET)
+    results = [_call_block_test(_reaching(SEED_TARGET, 2_810, 8, 0.43, rng, paired=True), inside, GATE_RATE, 1e-3)
+               for _ in range(20)]
+    assert not any(r.passed for r in results), [r.pvalue for r in results]
+    assert all(r.statistic > r.details["critical_high"] for r in results)
 
 
 # ---------------------------------------------------------------- the rare tokens' collisions

@@ -175,19 +175,44 @@ def _pairs_tests(pairs: list[tuple[np.ndarray, np.ndarray]], rate: float, rates:
             for x, y in pairs]
 
 
-def _call_block_test(inside: np.ndarray, call_rows: int, rate: float) -> TestResult:
-    """Rows of one call are independent draws: each call's count of first tokens in the band (the
-    heaviest tokens of p₀, about half its mass) against its exact law given the pooled count,
+def _call_block_test(grid: np.ndarray, band: np.ndarray, rate: float, false_pass_rate: float) -> TestResult:
+    """Rows of one call are independent draws: each call's count in the band (the heaviest tokens
+    of the position's p, about half its mass) against its exact law given the pooled count,
     two-sided (:mod:`~specgauge.stattests.core.band_dispersion`, proven at any rate).
 
-    Dependence between any two rows of a call, at any lag, makes the per-call counts over-
-    (shared uniforms) or under-dispersed (stratified uniforms across the call). States no TV.
+    ``grid[calls, B]`` holds the position's token per row, PAD where the row did not reach it.
+    Which rows reach a position depends on their earlier positions only, so given that pattern
+    the tokens there are independent draws from p under the null: each call keeps its first m
+    reaching rows (m chosen from the pattern alone, to keep the most pairs of rows; calls with
+    fewer are left out), and the m-row counts are exchangeable. Dependence between any two rows
+    of a call, at any lag, makes the counts over-dispersed (rows that share a draw, paired at
+    random or not) or under-dispersed (stratified uniforms across the call). States no TV:
+    ``details["detectable_dispersion"]`` is the over-dispersion φ* it catches with power about
+    1 − false_pass_rate (the scaled chi-square's power step, an estimate; the level is proven).
     """
-    calls = inside.size // call_rows
-    counts = inside[: calls * call_rows].reshape(calls, call_rows).sum(axis=1)
-    ratio, pvalue, (lo, hi) = two_sided(counts, call_rows, rate)
-    return TestResult("independence", ratio, pvalue, calls * call_rows, rate, math.nan, max(calls - 1, 0),
-                      {"variance_ratio": ratio, "critical_low": lo, "critical_high": hi, "false_fail_basis": "proven"})
+    emitted = grid != PAD
+    per_call = emitted.sum(axis=1)
+    sizes = np.arange(2, grid.shape[1] + 1)
+    kept_calls = (per_call[None, :] >= sizes[:, None]).sum(axis=1)
+    value = np.where(kept_calls >= 2, kept_calls * sizes * (sizes - 1), 0)
+    if not value.size or value.max() == 0:
+        return TestResult("independence", 1.0, 1.0, 0, rate, math.nan, 0,
+                          {"reason": "fewer than two calls with two rows reaching the position",
+                           "false_fail_basis": "exact"})
+    m = int(sizes[int(np.argmax(value))])
+    calls = per_call >= m
+    first = emitted & (np.cumsum(emitted, axis=1) <= m)
+    inside = band[np.where(first, grid, 0)] & first
+    counts = inside[calls].sum(axis=1)
+    ratio, pvalue, (lo, hi) = two_sided(counts, m, rate)
+    r = int(calls.sum())
+    if not math.isfinite(hi):  # the band took every draw or none (a one-token law): nothing to split
+        return TestResult("independence", 1.0, 1.0, 0, rate, math.nan, 0,
+                          {"reason": "the band holds every draw or none", "false_fail_basis": "exact"})
+    phi = float(hi * (r - 1) / stats.chi2.ppf(false_pass_rate, r - 1))
+    return TestResult("independence", ratio, pvalue, r * m, rate, math.nan, max(r - 1, 0),
+                      {"variance_ratio": ratio, "critical_low": lo, "critical_high": hi, "calls": float(r),
+                       "rows_a_call": float(m), "detectable_dispersion": phi, "false_fail_basis": "proven"})
 
 
 #: Above this vocabulary the row tests see each token's probability band, not the token.
@@ -195,53 +220,120 @@ COARSE_VOCAB = 4096
 BANDS = 16
 
 
-def _coarse(tokens: np.ndarray, fixture: PairFixture, pairs: int) -> tuple[np.ndarray, np.ndarray]:
-    """(each first token's category, the categories' law under p₀): on large vocabularies its
-    band of p₀ (bands of equal mass, by rank: at most BANDS, and few enough that each fills
+def _coarse(tokens: np.ndarray, p: np.ndarray, fixture: PairFixture, pairs: int) -> tuple[np.ndarray, np.ndarray]:
+    """(each token's category, PAD kept; the categories' law under p): on large vocabularies its
+    band of p (bands of equal mass, by rank: at most BANDS, and few enough that each fills
     √(MIN_EXPECTED · pairs) of a sub-test's ``pairs``): a function of the token, so independence
     of the bands is still an exact test of independence, and a few hundred rows fill its table
     (tokens would not); the token itself elsewhere."""
-    p = fixture.target[0]
     if fixture.vocab_size <= COARSE_VOCAB or not fixture.context_free:
         return tokens, p
-    bands = int(np.clip(math.sqrt(pairs / MIN_EXPECTED), 2, BANDS))
+    bands = int(np.clip(math.sqrt(max(pairs, 1) / MIN_EXPECTED), 2, BANDS))
     order = np.argsort(-p, kind="stable")
     band = np.empty(p.size, dtype=np.int64)
     band[order] = np.minimum((np.cumsum(p[order]) - p[order]) * bands, bands - 1).astype(np.int64)
-    return band[tokens], np.bincount(band, weights=p, minlength=bands)
+    return np.where(tokens == PAD, PAD, band[np.where(tokens == PAD, 0, tokens)]), np.bincount(band, weights=p,
+                                                                                              minlength=bands)
+
+
+def _row_pairs(grid: np.ndarray) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """(what the pairs detect, x, y) of one position's ``grid[calls, B]``: every pair of a call's
+    rows (B ≤ PAIRWISE_CALL_ROWS), else rows 2i and 2i + 1 (lag 1) and rows i and i + B/2 (a
+    batch split in halves); and row i of call c against row i of call c + 1, for c even and for c
+    odd (state carried to the next call, a generator reseeded without advancing). Each list of
+    pairs is disjoint, so under the null its pairs are independent; pairs with a PAD (a row that
+    did not reach the position) are dropped later."""
+    calls, b = grid.shape
+    if b <= PAIRWISE_CALL_ROWS:
+        pairs = [(f"rows {i} and {j} of a call", grid[:, i], grid[:, j]) for i in range(b) for j in range(i + 1, b)]
+    else:
+        h = b // 2
+        pairs = [("lag 1 (rows 2i and 2i + 1 of a call)", grid[:, 0:2 * h:2].ravel(), grid[:, 1:2 * h:2].ravel()),
+                 ("lag B/2 (rows i and i + B/2 of a call)", grid[:, :h].ravel(), grid[:, h:2 * h].ravel())]
+    for start in (0, 1):
+        half = (calls - start) // 2
+        if half:
+            pairs.append((f"row i of calls c and c + 1, c {'even' if start == 0 else 'odd'}",
+                          grid[start:start + 2 * half:2].ravel(), grid[start + 1:start + 2 * half:2].ravel()))
+    return pairs
+
+
+def _row_subtests(fixture: PairFixture, call_rows: int, calls: int) -> int:
+    """Sub-tests of :func:`independence_rows`, fixed by the run's shape before any token is seen:
+    the rate is split over them (Bonferroni)."""
+    b = call_rows
+    within = b * (b - 1) // 2 if b <= PAIRWISE_CALL_ROWS else 2
+    across = int(calls >= 2) + int(calls >= 3)
+    block = int(calls >= 2 and b >= 2)
+    return (fixture.gamma + 1) * (within + across + block)
 
 
 def independence_rows(run: FixtureRun, rates: Rates) -> dict[int | None, TestResult]:
-    """First tokens of rows (same p and q) are independent, within a call and across calls.
+    """Rows (same p and q) are independent at every position, the bonus included, within a
+    call and across calls.
 
-    Within a call of B rows: every pair of rows (B ≤ PAIRWISE_CALL_ROWS), else the call's
-    whole block at once (its count in the band of p₀, two-sided: every lag, stratified
-    rows included) beside lags 1 and B/2 alone; across calls: row i of call c against row i
-    of call c + 1, for every c (a decoder that reseeds from the caller's generator without
-    advancing it repeats itself). The pair tests are G tests with y's bins from p₀ (proven,
-    upper tail). On vocabularies above COARSE_VOCAB the tokens are replaced by their band of
-    p₀. The false-fail rate is split evenly over the sub-tests.
+    At each position, among the rows that reach it: within a call, every pair of rows
+    (B ≤ PAIRWISE_CALL_ROWS), else lags 1 and B/2; the call's whole count in the band of the
+    position's p (every lag at once, rows paired at random included: over-dispersed; stratified
+    rows: under-dispersed); across calls, row i of call c against row i of call c + 1 (a
+    decoder that reseeds from the caller's generator without advancing it repeats itself). The
+    pair tests are G tests with y's bins from the position's p (proven, upper tail). On
+    vocabularies above COARSE_VOCAB the tokens are replaced by their band of p. The false-fail
+    rate is split evenly over every sub-test of every position; the message names the worst
+    one and what each kind detects.
     """
+    fx = run.fixture
     b = run.call_rows
     calls = run.tokens.shape[0] // b
-    first, law = _coarse(run.tokens[:, 0], run.fixture, calls if b <= PAIRWISE_CALL_ROWS else calls * (b // 2))
-    grid = first[: calls * b].reshape(calls, b)
-    if b <= PAIRWISE_CALL_ROWS:
-        pairs = [(grid[:, i], grid[:, j]) for i in range(b) for j in range(i + 1, b)]
-    else:  # the block test sees every lag; lag 1 and lag B/2 on their own see one lag sharply
-        h = b // 2
-        pairs = [(grid[:, 0:2 * h:2].ravel(), grid[:, 1:2 * h:2].ravel()),
-                 (grid[:, :h].ravel(), grid[:, h:2 * h].ravel())]
-    for start in (0, 1):  # every pair of consecutive calls: (0, 1), (2, 3), … and (1, 2), (3, 4), …
-        half = (calls - start) // 2
-        if half:
-            pairs.append((grid[start:start + 2 * half:2].ravel(), grid[start + 1:start + 2 * half:2].ravel()))
-    block = b > PAIRWISE_CALL_ROWS and calls > 1
-    rate = rates.false_fail / max(len(pairs) + block, 1)
-    results = _pairs_tests(pairs, rate, rates, law)
-    if block:
-        results.append(_call_block_test(heavy_band(run.fixture.target[0])[run.tokens[:, 0]], b, rate))
-    return {None: combine_bonferroni(results, "independence", rates.false_fail)}
+    count = _row_subtests(fx, b, calls)
+    rate = rates.false_fail / max(count, 1)
+    results, labels, blocks = [], [], []
+    for k in range(fx.gamma + 1):
+        grid = run.tokens[: calls * b, k].reshape(calls, b)
+        where = "bonus" if k == fx.gamma else f"pos{k}"
+        reach = float(np.mean(grid != PAD)) if grid.size else 0.0
+        expected_pairs = calls * reach * reach * (1 if b <= PAIRWISE_CALL_ROWS else b // 2)
+        coarse, law = _coarse(grid, fx.target[k], fx, int(expected_pairs))
+        for what, x, y in _row_pairs(coarse):
+            both = (x != PAD) & (y != PAD)
+            results.append(independence_test(x[both], y[both], false_fail_rate=rate,
+                                             false_pass_rate=rates.false_pass, y_law=law))
+            labels.append(f"{where}, {what}")
+        if calls >= 2 and b >= 2:
+            block = _call_block_test(grid, heavy_band(fx.target[k]), rate, rates.false_pass)
+            results.append(block)
+            labels.append(f"{where}, the whole call's count in the band")
+            blocks.append((where, block))
+    if not results:
+        return {None: TestResult("independence", 0.0, 1.0, 0, rates.false_fail, math.nan, 0,
+                                 {"message": "one call of one row: no two rows to compare"})}
+    combined = combine_bonferroni(results, "independence", rates.false_fail)
+    worst = int(np.argmin([r.pvalue for r in results]))
+    pairs = [r for r, label in zip(results, labels) if "band" not in label and r.n > 0]
+    figures = [r.min_detectable_tv for r in pairs]
+    blind = sorted({label.split(",")[0] for r, label in zip(results, labels)
+                    if "band" not in label and r.n > 0 and not (r.df and math.isfinite(r.min_detectable_tv) and
+                                                              r.min_detectable_tv < 1)})
+    finite = [f for f in figures if math.isfinite(f) and f < 1]
+    figure = max(finite) if finite else math.inf
+    phis = [blk.details["detectable_dispersion"] for _, blk in blocks if blk.n]
+    phi = max(phis) if phis else math.inf
+    said = (f"a dependence between two rows at a tested lag of TV {figure:.3g} (the pooled joint from the product of "
+            f"its margins) is caught with power {1 - rates.false_pass:g}" if finite else
+            "no pair of rows holds enough pairs for a TV figure")
+    if blind:
+        said += f" (no figure at {', '.join(blind)}: too few pairs reach it)"
+    if phis:
+        said += (f"; whole-call counts catch rows that share draws (any lag, paired at random included) once the "
+                 f"counts' variance is {phi:.3g} times an independent sample's (worst position)")
+    message = (f"{count} sub-tests at every position, each at false-fail {rate:.2g}: "
+               + ("every pair of a call's rows" if b <= PAIRWISE_CALL_ROWS else "rows at lags 1 and B/2 of a call")
+               + ", the same row of consecutive calls" + (", each call's count in the band" if blocks else "")
+               + f"; worst {labels[worst]} (p-value {results[worst].pvalue:.3g}); {said}")
+    details = {**dict(combined.details), "message": message, "detectable_dispersion": phi,
+               "worst_subtest": labels[worst]}
+    return {None: TestResult(combined.test, combined.statistic, combined.pvalue, combined.n, rates.false_fail,
+                             figure, combined.df, details)}
 
 
 #: A dispersion block expects at least this many emissions in the band and out of it.

@@ -24,6 +24,11 @@ from specgauge.stattests.core.statistics import pit_values, total_variation
 GREEDY_ROWS = 100_000  # greedy is checked row by row, exactly: no sample size to reach
 REPRO_ROWS = 16  # rows verified twice with the same seed: the output must not change
 MIN_CALLS = 16  # a fixture's rows are split over at least this many verify calls
+#: A large run is split into this many calls, each of at least COUNT_CALL_ROWS rows: the whole-call
+#: count test sees rows that share draws at no fixed lag (paired at random within a call) only
+#: through how the calls' counts vary, which a few dozen calls cannot show.
+COUNT_CALLS = 1024
+COUNT_CALL_ROWS = 256
 
 
 @dataclass(frozen=True)
@@ -122,10 +127,11 @@ def fixture_rows(fixture: PairFixture, rows: int) -> int:
 
 def call_step(fixture: PairFixture, rows: int, chunk_bytes: int) -> int:
     """Rows per verify call of a run of ``rows``: the fixture's batch, else what a chunk holds,
-    split over at least MIN_CALLS calls (calls are what the row tests compare)."""
+    split over at least MIN_CALLS calls, and a large run over up to COUNT_CALLS calls of at least
+    COUNT_CALL_ROWS rows (calls are what the row tests compare)."""
     step = chunk_rows(fixture, chunk_bytes)
     if not fixture.call_rows:
-        step = min(step, max(1, -(-rows // MIN_CALLS)))
+        step = min(step, max(1, -(-rows // MIN_CALLS)), max(COUNT_CALL_ROWS, -(-rows // COUNT_CALLS)))
     return step
 
 
