@@ -585,9 +585,10 @@ CHECKS: dict[str, Check] = {c.name: c for c in [
     Check("pit-ratio", "exactness", _pit("pit_ratio"), lambda f: not f.greedy and f.gamma > 0, _drafted,
           "randomized PIT is uniform with the vocabulary ordered by p/q, where bias concentrates"),
     Check("independence-rows", "exactness", independence_rows, _context_free, _single,
-          "rows do not share random numbers and are not negatively dependent (two-sided): every pair of rows "
-          "of a call (or the call's whole block), and the same row of every two consecutive calls; on "
-          "vocabularies above 4,096 the tokens' probability bands"),
+          "at every position (and the bonus), rows do not share random numbers and are not negatively "
+          "dependent: every pair of rows of a call (or lags 1 and B/2), the same row of consecutive calls, and "
+          "each call's count in a band (two-sided: rows paired at random share draws, stratified rows spread "
+          "them); on vocabularies above 4,096 the tokens' probability bands"),
     Check("independence-calls", "exactness", independence_calls, lambda f: f.context_free and not f.greedy,
           _all_positions,
           "at every position (and the bonus) the emissions, in row order, are independent draws: consecutive "

@@ -245,7 +245,13 @@ class Certificate:
         guarantee = f["detectable"].astype(str).str.startswith("GUARANTEE")
         independence = f[(f["check"] == "independence-calls") & (f["verdict"] != "untested")]
         assumed = sorted(set(f.loc[guarantee & (f["verdict"] != "untested"), "fixture"]) - set(independence["fixture"]))
-        scope = ("every alternative with independent rows, independence tested at every position"
+        rows_tested = ((f["check"] == "independence-rows") & (f["verdict"] != "untested")).any()
+        tested = (["consecutive emissions"] if len(independence) else []) + (
+            ["rows of a call at lags 1 and B/2 (every pair in calls of up to 12 rows), the same row of "
+             "consecutive calls, each call's count in a band"] if rows_tested else [])
+        scope = ("every alternative with independent rows"
+                 + (f"; independence tested at every position: {'; '.join(tested)}; other dependence assumed"
+                    if tested else "")
                  + (f" (assumed, not tested, on {', '.join(assumed)})" if assumed else ""))
         for rows, label, meaning in (
                 (guarantee, "guaranteed TV", f"worst case over {scope}; worst position, GUARANTEE rows"),
