@@ -183,6 +183,27 @@ def _head_params(target: Model, kind: str) -> tuple[int, int]:
     return 2 * h * h + target.layer_linear_params + 4 * h, 2 * h * h + target.layer_active_params + h * target.vocab
 
 
+def head_shape(gpu: GPU, target: Model, kind: str, tp: int) -> PassCost:
+    """An EAGLE-3 head's or an MTP module's pass from its shape alone, at ``tp``: its weights
+    (an MTP layer of a MoE target streams the routed experts its tokens touch), its FLOPs (at
+    the MoE token factor and knee of the target's MoE layers for such a layer), its one-layer
+    KV and two layers' launches; ``_priced_as_layers`` then sets its batch-1 cost."""
+    _, linear = _head_params(target, kind)
+    moe = kind == "mtp" and target.is_moe
+    routed = target.experts_per_token * target.expert_params if moe else 0
+    shape = PassCost.from_shape(
+        gpu, linear_params=linear, kv_bytes_per_token=target.kv_bytes_per_gpu(tp) * tp / target.layers,
+        attn_flops_per_ctx=4.0 * target.heads * target.head_dim, layers=2, hidden=target.hidden,
+        dtype_bytes=EAGLE_DRAFT_BYTES if kind == "eagle" else target.dtype_bytes, tp=tp, weight_params=linear - routed,
+        expert_params=target.expert_params if moe else 0.0, moe_layers=int(moe), experts=target.experts if moe else 0,
+        experts_per_token=target.experts_per_token if moe else 0,
+        measured_experts=target.measured_experts if moe else None, mla_layers=int(kind == "mtp" and target.is_mla))
+    if moe:   # an MTP layer of a MoE target runs the target's grouped GEMMs, priced as PassCost.prior prices them
+        shape = replace(shape, c_token=shape.c_token * gpu.moe_token_factor, knee=gpu.moe_knee,
+                        affinity=target.expert_affinity)
+    return shape
+
+
 def build_draft(name: str | None, *, gpu: GPU, target: Model, target_cost: PassCost, tp: int, draft_tp: int | None,
                 profiles: str | None, ratio: float | None, empty: float | None = None,
                 kv_budget: int | None = None, overhead: EngineOverhead = EngineOverhead(), dp: int = 1) -> Draft | None:
@@ -244,18 +265,7 @@ def build_draft(name: str | None, *, gpu: GPU, target: Model, target_cost: PassC
     elif fit is not None:
         cost = PassDraft(PassCost.from_fit(fit))
     else:
-        moe = kind == "mtp" and target.is_moe
-        routed = target.experts_per_token * target.expert_params if moe else 0
-        shape = PassCost.from_shape(
-            gpu, linear_params=linear, kv_bytes_per_token=kv, attn_flops_per_ctx=4.0 * target.heads * target.head_dim,
-            layers=2, hidden=target.hidden, dtype_bytes=head_bytes, tp=dtp, weight_params=linear - routed,
-            expert_params=target.expert_params if moe else 0.0, moe_layers=int(moe), experts=target.experts if moe else 0,
-            experts_per_token=target.experts_per_token if moe else 0,
-            measured_experts=target.measured_experts if moe else None,
-            mla_layers=int(kind == "mtp" and target.is_mla))
-        if moe:   # an MTP layer of a MoE target runs the target's grouped GEMMs, priced as PassCost.prior prices them
-            shape = replace(shape, c_token=shape.c_token * gpu.moe_token_factor, knee=gpu.moe_knee,
-                            affinity=target.expert_affinity)
+        shape = head_shape(gpu, target, kind, dtp)
         cost = PassDraft(_priced_as_layers(shape, target_cost, target.layers, gpu).split_ranks(dp))
     # At TP 1 the head's weights and KV sit whole on one GPU, which bounds the KV blocks of all.
     return Draft(kind, f"{kind}:{target.name}", dtp, resident * head_bytes / dtp, kv / dtp, cost, empty)

@@ -14,7 +14,7 @@ from specgauge.reports.cli import main as cli_main
 from specgauge.simulator import SimulationConfig
 from specgauge.simulator.core import memory_plan, resolve
 from specgauge.simulator.cost import PassCost, RoundCost
-from specgauge.simulator.drafts import EAGLE_DRAFT_BYTES, _head_params, _priced_as_layers
+from specgauge.simulator.drafts import EAGLE_DRAFT_BYTES, _head_params, _priced_as_layers, head_shape
 from specgauge.simulator.profiles import load_gpu, load_model
 
 MINIMAX = dict(gpu="mi355x", target="minimax-m2.5", draft="eagle", tp=4, gamma=3, prompt_len=1024, output_len=1024)
@@ -50,10 +50,11 @@ def test_head_at_tp1_is_its_whole_shape_on_one_gpu():
     one = float(setup.target_cost.time(1.0, 0.0, 0.0))
     assert float(step.c_fixed + step.linear(1.0)) == pytest.approx(gpu.draft_pass_layers / target.layers * one)
     wide = resolve(SimulationConfig(**MINIMAX)).draft.cost.step
-    assert wide == _priced_as_layers(PassCost.from_shape(gpu, linear_params=linear, kv_bytes_per_token=target.kv_bytes_per_token / target.layers,
-                                     attn_flops_per_ctx=4.0 * target.heads * target.head_dim, layers=2,
-                                     hidden=target.hidden, dtype_bytes=EAGLE_DRAFT_BYTES, tp=4),
-                                     setup.target_cost, target.layers, gpu)
+    assert wide == _priced_as_layers(head_shape(gpu, target, "eagle", 4), setup.target_cost, target.layers, gpu)
+    assert head_shape(gpu, target, "eagle", 4) == PassCost.from_shape(
+        gpu, linear_params=linear, kv_bytes_per_token=target.kv_bytes_per_token / target.layers,
+        attn_flops_per_ctx=4.0 * target.heads * target.head_dim, layers=2, hidden=target.hidden,
+        dtype_bytes=EAGLE_DRAFT_BYTES, tp=4)
     # per sequence the TP-1 head costs more as the batch grows (its tokens are not split), a
     # little: about 3 us a sequence a round against 1.2 us at TP 4 on MiniMax-M2.5's shape
     grow_1 = (_round(config, 64) - _round(config, 16)) / 48

@@ -44,11 +44,11 @@ def head_fit_text(config, layers: float) -> str:
     """Where a shipped step fit prices the row's head (a per-round fit, which ``draft_pass_layers``
     does not reach), a steps table that replaces it with the head priced at ``layers`` target layers
     a pass: the same batch-1 pass as ``drafts._priced_as_layers``, the head's per-token and KV terms
-    from its shape. Empty where no fit prices the head."""
+    from its shape (``drafts.head_shape``). Empty where no fit prices the head."""
     from dataclasses import replace
 
     from specgauge.simulator.core import resolve
-    from specgauge.simulator.drafts import draft_kind
+    from specgauge.simulator.drafts import draft_kind, head_shape
     from specgauge.simulator.profiles import load_step_fit, step_key
 
     kind = draft_kind(config.draft)
@@ -58,27 +58,12 @@ def head_fit_text(config, layers: float) -> str:
     if load_step_fit(f"{kind}:{setup.target.name}", setup.gpu.name, config.tp, config.profiles) is None:
         return ""
     one = float(setup.target_cost.time(1.0, 0.0, 0.0))
-    head = _shape_pass(config, kind)
+    head = head_shape(setup.gpu, setup.target, kind, config.tp)
     per_pass = layers / setup.target.layers * one
     key = step_key(f"{kind}:{setup.target.name}", setup.gpu.name, config.tp)
     return (f'[steps."{key}"]\nc_fixed_ms = 0.0\nc_pass_ms = {per_pass * 1e3!r}\nc_token_us = {head.c_token * 1e6!r}\n'
             f'c_kv_ns = {head.c_kv * 1e9!r}\nper_round = true\nincludes_engine = true\n'
             f'source = "head priced at {layers:.3g} target layers a pass (leave-one-source-out)"\n')
-
-
-def _shape_pass(config, kind: str):
-    """The head's pass from its shape alone (what ``drafts.build_draft`` prices before the layer basis)."""
-    from specgauge.simulator.core import resolve
-    from specgauge.simulator.drafts import EAGLE_DRAFT_BYTES, _head_params
-    from specgauge.simulator.cost import PassCost
-
-    from dataclasses import replace
-    setup = resolve(replace(config, draft=None, gamma=0))
-    target = setup.target
-    _, linear = _head_params(target, kind)
-    return PassCost.from_shape(setup.gpu, linear_params=linear, kv_bytes_per_token=target.kv_bytes_per_gpu(1) / target.layers,
-                               attn_flops_per_ctx=4.0 * target.heads * target.head_dim, layers=2, hidden=target.hidden,
-                               dtype_bytes=EAGLE_DRAFT_BYTES if kind == "eagle" else target.dtype_bytes, tp=config.tp)
 
 
 def head_rows(table: pd.DataFrame) -> pd.DataFrame:
