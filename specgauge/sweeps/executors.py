@@ -144,7 +144,7 @@ def run_sweep(
     results: dict[int, Row] = dict(done or {})
     todo = [i for i in range(len(items)) if i not in results]
     bar = progress_bar(total=len(items), initial=len(items) - len(todo), disable=not options.progress,
-                       unit="config", file=sys.stderr, dynamic_ncols=True)
+                       desc="sweep", unit="config", file=sys.stderr, dynamic_ncols=True)  # a named line in a log
     runner = {"serial": _serial, "process": _processes, "dask": _dask}[executor]
     # closing(): an interrupt or error in this loop stops the workers at once, not when its traceback is freed
     with contextlib.closing(runner(func, items, todo, options)) as outcomes:
