@@ -131,6 +131,7 @@ EXAMPLES: tuple[Example, ...] = (
     Example("acceptance-server-metrics", "docs/acceptance.md", (
         "specgauge simulate --gamma 3 --acceptance before.txt,after.txt --batch-size 8 --requests 400 | grep acceptance",),
         setup=f"cp {ROOT / 'docs/examples/vllm-metrics'}/*.txt ."),
+    Example("validation-summary", "docs/validation.md", (f"{VALIDATE} --no-table",), slow=True),
     Example("validation-table", "docs/validation.md", (f"{VALIDATE}",), table=True, slow=True),
     Example("validation-knee-study", "docs/validation.md", (f"{VALIDATE} --knee-study",), table=True, slow=True),
     Example("gate-watch-fail", "docs/gate.md", (
