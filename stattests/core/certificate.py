@@ -247,11 +247,9 @@ class Certificate:
         assumed = sorted(set(f.loc[guarantee & (f["verdict"] != "untested"), "fixture"]) - set(independence["fixture"]))
         rows_tested = ((f["check"] == "independence-rows") & (f["verdict"] != "untested")).any()
         tested = (["consecutive emissions"] if len(independence) else []) + (
-            ["rows of a call at lags 1 and B/2 (every pair in calls of up to 12 rows), the same row of "
-             "consecutive calls, each call's count in a band"] if rows_tested else [])
+            ["rows at lags 1, B/2 and across calls", "each call's count"] if rows_tested else [])
         scope = ("every alternative with independent rows"
-                 + (f"; independence tested at every position: {'; '.join(tested)}; other dependence assumed"
-                    if tested else "")
+                 + (f"; tested at every position: {', '.join(tested)}; other dependence assumed" if tested else "")
                  + (f" (assumed, not tested, on {', '.join(assumed)})" if assumed else ""))
         for rows, label, meaning in (
                 (guarantee, "guaranteed TV", f"worst case over {scope}; worst position, GUARANTEE rows"),
