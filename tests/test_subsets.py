@@ -114,11 +114,12 @@ def test_identity_test_uses_it_where_it_is_sharper_and_fails_a_biased_law():
     assert r.details["plan"] == "subsets and split" and r.passed and r.details["false_fail_basis"] == "proven"
     q = _one_move(p, np.isin(np.arange(6), [0, 5]), 1.2 * r.min_detectable_tv)
     assert not identity_test(np.random.default_rng(1).multinomial(20_000, q), p).passed
-    # past 50 tokens it runs where its figure is the smaller: on 400 uniform tokens, not on 1,200
-    wide = np.full(400, 1 / 400)
-    assert identity_test(np.random.default_rng(2).multinomial(20_000, wide), wide).details["plan"] == "subsets and split"
-    wider = np.full(1200, 1 / 1200)
-    assert identity_test(np.random.default_rng(2).multinomial(20_000, wider), wider).details["plan"] == "split"
+    # past 50 tokens it runs where its figure is the smaller: on 400 and 1,200 uniform tokens
+    # (past 1,000 its null tail by negative association alone)
+    for v, basis in ((400, "exact binomials or Chernoff"), (1200, "Chernoff over the counts' negative association and")):
+        wide = np.full(v, 1 / v)
+        r = identity_test(np.random.default_rng(2).multinomial(20_000, wide), wide)
+        assert r.details["plan"] == "subsets and split" and basis in r.details["message"], r.details["message"]
 
 
 @pytest.mark.parametrize("name, k, tv, rate", [

@@ -33,8 +33,10 @@ Two figures come from that bound:
 
 On at most 50 tokens (:mod:`specgauge.stattests.core.subsets`) the empirical TV against
 every subset's exact binomial law runs beside it, each test at half the rate: the figure
-is the smaller proven one, the p-value twice the smaller; on up to 1,000 tokens it does so
-where its figure is smaller than the others' at the whole rate. On wider laws a second plan
+is the smaller proven one, the p-value twice the smaller. On wider laws it does so where its
+figure is smaller than the others' at the whole rate; its null tail is then the smaller of
+the union bound (up to 1,000 tokens) and Chernoff over the counts' negative association
+(:func:`.tail_bounds.positive_part_bound`, no union over sets). Where it is not, a second plan
 (:class:`CoarsePlan`) takes the split's place where its proven figure is smaller: the same
 scan over a coarsening of p (the heaviest tokens one by one, the middle M and the light
 tail T as two groups) and Z on M, each at half the rate; its figure is the scan's + s*/2 +
@@ -744,7 +746,7 @@ def identity_test(
         details = {"plan": "subsets and split", "subsets_statistic": d, "subsets_critical": subsets.critical,
                    "subsets_tv": subsets.proven_tv, "split_tv": split.proven_tv}
         message = (f"worst-case TV {_tv_text(proven_tv)} proven (the sharper of two tests at half the rate each: "
-                   f"the empirical TV against every subset of p's {p.size} tokens, exact binomials, "
+                   f"the empirical TV against every subset of p's {p.size} tokens, {_subsets_basis(subsets)}, "
                    f"{_tv_text(subsets.proven_tv)}; the split test, Bernstein and a fourth-moment bound on Z, "
                    f"{_tv_text(split.proven_tv)})")
     details.update({"null_sd": math.sqrt(null_variance(n, p, split.weights)), "critical": critical,
@@ -756,6 +758,15 @@ def identity_test(
                     "message": f"{message}; false-fail rate proven; rows assumed independent; smallest p-value: {worst}"})
     return TestResult("identity", math.inf if hits else z, 0.0 if hits else pvalue, n, false_fail_rate, proven_tv,
                       None, details)
+
+
+def _subsets_basis(plan: SubsetTest) -> str:
+    """How the subset test's null tail is bounded, for the row's message."""
+    if plan.chernoff is None:
+        return "exact binomials"
+    if not plan.union:
+        return "Chernoff over the counts' negative association and exact binomials"
+    return "exact binomials or Chernoff over the counts' negative association"
 
 
 def _coarse_result(plan: CoarsePlan, c: np.ndarray, p: np.ndarray, n: int, hits: float, measured: float,
@@ -846,8 +857,8 @@ def _without_subsets(n: int, key: bytes, rate: float, beta: float) -> float:
 def _subsets_used(n: int, key: bytes, rate: float, beta: float) -> SubsetTest | None:
     """The subset test's plan at half ``rate`` where the identity row runs it beside the split
     test (each at half the rate), else None: always on at most ALWAYS_TOKENS tokens; on wider
-    laws (up to the subset test's own limit) where its proven figure is smaller than that of
-    the split test or the coarse plan at the whole rate. Chosen from n, p and the rates alone."""
+    laws where its proven figure is smaller than that of the split test or the coarse plan at
+    the whole rate. Chosen from n, p and the rates alone."""
     plan = subset_test_plan(n, np.frombuffer(key, dtype=np.float64), rate / 2, beta)
     if plan is None or len(key) // 8 <= ALWAYS_TOKENS:
         return plan

@@ -26,8 +26,14 @@ The counts are floats: past 2^53 a sum rounds, by at most a relative 2^-53 each 
 each count is raised by the worst compounded rounding of its V additions (a count is only
 ever charged, never credited: raising it can only raise the p-value and the critical value).
 
+Past :data:`ALWAYS_TOKENS` tokens a second null bound needs no union: multinomial counts are
+negatively associated, so P(D ≥ t) ≤ e^{−st} Π_i E e^{s (N_i − n p_i)⁺} over each count's own
+binomial law (:func:`.tail_bounds.positive_part_bound`); the p-value is the smaller of the
+two bounds, the critical value the smaller of theirs. Past :data:`MAX_TOKENS` it is the only
+one, and the power step takes S*'s mass to be any value in [0, 1].
+
 The identity test runs it beside the split test, each at half the rate: always up to
-:data:`ALWAYS_TOKENS` tokens, and up to :data:`MAX_TOKENS` where its figure is the smaller.
+:data:`ALWAYS_TOKENS` tokens, and on wider laws where its figure is the smaller.
 On the shipped small laws the pair needs 1.1–1.5 times the rows no test can do without
 (:mod:`.lower_bound`), where the split test alone needed 4–7 times. The union over 2^V sets
 costs V log 2 in the exponent, so its figure grows as √V where the split test's grows as
@@ -42,6 +48,8 @@ from functools import lru_cache
 
 import numpy as np
 from scipy import special
+
+from specgauge.stattests.core.tail_bounds import PositivePartBound, positive_part_bound
 
 #: The test applies up to this many tokens in p's support (2^V sets: float counts stay finite).
 MAX_TOKENS = 1000
@@ -127,11 +135,19 @@ class SubsetTest:
     n: int
     critical: float  # reject when D ≥ critical
     proven_tv: float
-    sets: SetMasses
+    sets: SetMasses  # the set masses (or, past MAX_TOKENS, every mass in [0, 1] in blocks)
+    union: bool  # the union bound U over the sets is charged (at most MAX_TOKENS tokens)
+    chernoff: PositivePartBound | None  # the bound by negative association (past ALWAYS_TOKENS)
 
     def pvalue(self, d: float) -> float:
-        """A proven p-value of D = d: U(d)."""
-        return min(1.0, _union(self.n, self.sets, d)) if d > 0 else 1.0
+        """A proven p-value of D = d: the smaller of U(d) and the Chernoff bound, each a bound
+        on P(D ≥ d)."""
+        if d <= 0:
+            return 1.0
+        bound = _union(self.n, self.sets, d) if self.union else 1.0
+        if self.chernoff is not None:
+            bound = min(bound, self.chernoff.sf(d) * (1 + SLACK))
+        return min(1.0, bound)
 
     def binding_mass(self, beta: float) -> float:
         """The set mass p(S*) at which the guarantee binds (for planting the hardest move)."""
@@ -216,16 +232,32 @@ def _guarantee(n: int, p_min: float, sets: SetMasses, t: float, beta: float) -> 
 
 @lru_cache(maxsize=1024)
 def _plan(n: int, key: bytes, rate: float, beta: float) -> SubsetTest:
-    sets = _blocks(key, n)
-    t = _critical(n, sets, rate * (1 - SLACK))
     p = np.frombuffer(key, dtype=np.float64)
-    return SubsetTest(n, t, min(_guarantee(n, float(p.min()), sets, t, beta), math.inf), sets)
+    union = p.size <= MAX_TOKENS
+    sets = _blocks(key, n) if union else _every_mass(n)
+    t = _critical(n, sets, rate * (1 - SLACK)) if union else math.inf
+    chernoff = None
+    if p.size > ALWAYS_TOKENS:  # the union's price grows as V log 2; this one does not
+        chernoff = positive_part_bound(n, p, rate * (1 - SLACK))
+        t = min(t, chernoff.critical(rate * (1 - SLACK)))
+    return SubsetTest(n, t, min(_guarantee(n, float(p.min()), sets, t, beta), math.inf), sets, union, chernoff)
+
+
+@lru_cache(maxsize=64)
+def _every_mass(n: int) -> SetMasses:
+    """Every mass in [0, 1] in blocks of width about 1/n (at most 2^17 of them): where the
+    sets are too many to count, the power step takes S*'s mass to be any of these."""
+    blocks = int(min(max(n, 4000), 2 ** 17))
+    lo = np.arange(blocks) / blocks
+    return SetMasses(lo, np.minimum(lo + 1.0 / blocks, 1.0), np.ones(blocks))
 
 
 def subset_test_plan(n: int, p_sorted: np.ndarray, false_fail_rate: float, false_pass_rate: float) -> SubsetTest | None:
     """The plan for ``p_sorted`` (p's positive entries, ascending), or None where the support
-    is too wide (more than MAX_TOKENS) or a single token, or the draws too many (MAX_DRAWS)."""
-    if not 2 <= p_sorted.size <= MAX_TOKENS or not 1 <= n <= MAX_DRAWS:
+    is a single token or the draws too many (MAX_DRAWS). Up to ALWAYS_TOKENS tokens its null
+    bound is the union over the sets; up to MAX_TOKENS the smaller of that and the Chernoff
+    bound; beyond, the Chernoff bound alone."""
+    if p_sorted.size < 2 or not 1 <= n <= MAX_DRAWS:
         return None
     return _plan(int(n), np.ascontiguousarray(p_sorted, dtype=np.float64).tobytes(), float(false_fail_rate),
                  float(false_pass_rate))
