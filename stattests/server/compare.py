@@ -133,16 +133,16 @@ class ServerCertificate:
         untested = [f"{c}[{p}]" if p else c for c, p in gaps[["check", "position"]].values]
         gap = (f"; untested (no sample reached them, or none whose token and law are known): {', '.join(untested)}"
                if untested else "")
-        line = (f"PASS ({self.mode}: {what}): no discrepancy found at false-fail {total:.1g}{gap}"
-                + self._unknown() + _no_figure(f, kinds))
+        line = f"PASS ({self.mode}: {what}): no discrepancy found at false-fail {total:.1g}{gap}"
+        extra = self._unknown() + _no_figure(f, kinds)  # lines of their own, after the PASS line
         if not joint.empty:
-            return f"{line}\n{self._worst_case(f, kinds, joint)}"
+            return f"{line}{extra}\n{self._worst_case(f, kinds, joint)}"
         tv_rows = f[kinds.isin(("conditional", "homogeneity")) & (f["verdict"] == "pass")]
         head = tv_rows.iloc[0] if not tv_rows.empty else f.iloc[0]
         where = f"[{head['position']}]" if head["position"] else ""
         figure = float(head["min_detectable_tv"])
         return (f"{line}; {head['check']}{where} could detect {_SHORT[_kind(head['detectable'])]} >= {figure:.3g} "
-                f"with power {1 - DEFAULT_FALSE_PASS:g} (n {int(head['n'])}, tokens as {self.unit})\n"
+                f"with power {1 - DEFAULT_FALSE_PASS:g} (n {int(head['n'])}, tokens as {self.unit}){extra}\n"
                 + self._per_context(f, kinds) + self._plain(figure, "a binned difference (not a worst case) "))
 
     def _unknown(self) -> str:
