@@ -220,11 +220,14 @@ class Certificate:
         others = sorted(set(ran.loc[ran["family"] == "exactness", "fixture"]) - set(sized.index))
         if sized.empty:
             return f"exactness: no deviation from p found by the checks on these fixtures ({ffr}; directional figures below)"
-        finer = "finer on some, guaranteed TV below; " if sized.min() < sized.max() else ""
         unsized = (f"; on {len(others)} of them" + (f" ({', '.join(others)})" if len(others) <= 3 else "")
                    + " no worst-case figure, only directional ones" if others else "")
-        return (f"exactness: no deviation of TV ≥ {sized.max():.3g} from p found on these fixtures "
-                f"({finer}{ffr}, power 0.999{unsized})")
+        if sized.min() == sized.max():
+            return (f"exactness: no deviation of TV ≥ {sized.max():.3g} from p found on these fixtures "
+                    f"({ffr}, power 0.999{unsized})")
+        return (f"exactness: no deviation from p of at least each fixture's guaranteed TV found on these "
+                f"fixtures, {sized.min():.3g} ({sized.idxmin()}) to {sized.max():.3g} ({sized.idxmax()}) "
+                f"({ffr}, power 0.999{unsized})")
 
     def summary(self, csv_path: str | None = None, diagnosis: Sequence[str] = (), unseen: Sequence[str] = ()) -> str:
         """The verdict in a few lines, then the first failures; a longer listing ends with how many more
