@@ -37,11 +37,14 @@ def test_the_limit_line_names_the_check_that_set_the_rows_and_the_identity_ratio
 
 
 def test_a_cap_that_costs_no_resolution_is_not_reported():
-    """position-dependent stops at the 2,000,000-row cap yet resolves finer than TV 0.005 there:
-    no "sample sizes capped" note, which would read as a loss."""
+    """Rows capped at what the KS checks need, below the chi-square's: the run is capped yet
+    resolves TV 0.05, so no "sample sizes capped" note (it would read as a loss)."""
     from specgauge.reports.cli.certify import capped_note
 
-    config = CertConfig()
-    fixture = ALL_FIXTURES["position-dependent"]
-    assert config.rows(fixture) == config.max_rows  # capped
-    assert capped_note(config, ["position-dependent"], None, False) == ""
+    fixture = ALL_FIXTURES["seed-six-token"]
+    needs = CertConfig(tv=GUARANTEE).row_needs(fixture)
+    config = CertConfig(tv=GUARANTEE, max_rows=needs[f"pit-id (KS, TV {GUARANTEE:g})"])
+    assert config.rows(fixture) < max(needs.values())  # capped
+    assert capped_note(config, ["seed-six-token"], None, False) == ""
+    coarse = CertConfig(tv=GUARANTEE, max_rows=1_000)  # a cap that does cost resolution is reported
+    assert capped_note(coarse, ["seed-six-token"], None, False).startswith("sample sizes capped on 1 fixture(s)")
