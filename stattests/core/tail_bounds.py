@@ -163,7 +163,10 @@ def positive_part_bound(n: int, p: np.ndarray, rate: float) -> PositivePartBound
     excess = k - lam[token]
     below = np.log(np.maximum(_lower(start, n, p), 1e-300))  # log P(N < ⌈λ⌉): the factor e^0 there
     beyond = (start + width).astype(np.float64)  # the first k past the window
-    slack = 1e-9 * (1.0 + token.size * 1e-6)  # rounding in the sums, in log units
+    # rounding, in log units: each log-pmf sums terms up to log n! + n |log p| in size, each good to a
+    # few units of 2^-52 relative, and a token's factor is within that of its largest term's error
+    scale = float(special.gammaln(n + 1.0)) + n * float(-np.log(p.min()))
+    slack = p.size * 64 * 2.0 ** -52 * scale + 1e-9
 
     def log_mgf(s: float) -> float:
         a = log_pmf + s * excess
