@@ -95,3 +95,19 @@ def test_a_stop_string_that_can_span_draws_is_left_untested_not_failed():
             assert "no context could be tested" in str(exc)
         else:
             assert cert.passed, cert.verdict()
+
+
+@pytest.mark.parametrize("ignore", [False, True])
+def test_the_probe_says_when_the_server_ignored_stop(tmp_path, capsys, ignore):
+    """The fake ignored `--stop " w2"` and neither command said so: the probe's last line now does."""
+    pytest.importorskip("httpx2")
+    pytest.importorskip("uvicorn")
+    from specgauge.fixtures.serve import serve_app
+    from specgauge.reports import cli
+
+    with serve_app(FakeOpenAI(seed=6, ignore_stop=ignore)) as url:
+        status = cli.main(["probe", url, "--out", str(tmp_path / "run.jsonl"), "--samples", "64", "--stop", " w2",
+                           "--no-progress"])
+    out = capsys.readouterr().out
+    assert status == 0 and out.startswith("probe: ")
+    assert ("go on after a stop string" in out) == ignore and ("stop-and-length-honoured" in out) == ignore, out

@@ -13,6 +13,7 @@ from specgauge.csvio import check_writable
 from specgauge.errors import UsageError
 from specgauge.stattests.server.probe import ClientConfig, ProbeConfig, load_prompts, probe
 from specgauge.stattests.server.progress import auto_mode
+from specgauge.stattests.server.stops import HonouredWatch
 
 
 def _number(kind, test, what: str):
@@ -131,23 +132,24 @@ def main(argv: list[str] | None = None) -> int:
                           deadline_s=args.deadline)
     prompts = load_prompts(args.prompts)
     progress = auto_mode(sys.stderr, not args.no_progress)
+    honoured = HonouredWatch(cfg.stop, cfg.max_tokens)  # said at the end: a server that ignores stop or max_tokens
     if args.guarantee is not None:
-        summary = _sized(args, cfg, prompts, client, progress)
+        summary = _sized(args, cfg, prompts, client, progress, honoured)
         if summary is None:  # the early test's FAIL, printed as a verdict
             return 1
     else:
         if args.reference is not None:
             raise UsageError("--reference plans a sized probe: give --guarantee TV too")
-        summary = probe(cfg, prompts, args.out, client_config=client, progress=progress)
+        summary = probe(cfg, prompts, args.out, client_config=client, progress=progress, watchers=[honoured])
     caps = summary.capabilities
     print(f"probe: {summary.drawn} new samples in {summary.seconds:.1f} s ({summary.samples_per_second:.0f}/s), "
           f"{summary.total} in {args.out}; server honours n: {'yes' if caps['n'] else 'no'}, "
           f"logprobs: {'yes' if caps['logprobs'] else 'no'}; tokens recorded as "
-          f"{'ids' if caps.get('token_ids') else 'text'}")
+          f"{'ids' if caps.get('token_ids') else 'text'}{honoured.describe()}")
     return 0
 
 
-def _sized(args, cfg: ProbeConfig, prompts: list[str], client: ClientConfig, progress: str):
+def _sized(args, cfg: ProbeConfig, prompts: list[str], client: ClientConfig, progress: str, honoured=None):
     """A pilot, the plan (draws per prompt for every heavy context at every position, time at the
     pilot's rate), then the run with the early test watching those contexts."""
     from dataclasses import replace
@@ -205,7 +207,7 @@ def _sized(args, cfg: ProbeConfig, prompts: list[str], client: ClientConfig, pro
                f"--tv {args.guarantee:g} --false-fail {args.false_fail:g}")
     try:
         summary = probe(replace(cfg, samples_per_prompt=plan.samples_per_prompt), prompts, args.out,
-                        client_config=client, progress=progress, watchers=[early])
+                        client_config=client, progress=progress, watchers=[early, *([honoured] if honoured else [])])
     except BiasedServerError as exc:  # a verdict, not an error: the run did its job
         print(f"FAIL (probe --guarantee {args.guarantee:g}: the early test against {what}): {' '.join(str(exc).split())}"
               f"{_watching(early)}", flush=True)

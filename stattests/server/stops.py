@@ -106,3 +106,32 @@ def overran(text: str, stops: Sequence[str]) -> bool:
         if i >= 0 and i + len(s) < len(text):
             return True
     return False
+
+
+class HonouredWatch:
+    """A probe watcher counting the samples that did not honour the request: text going on after a
+    stop string, or more tokens listed than ``max_tokens``. It never stops the probe (the comparison's
+    ``stop-and-length-honoured`` row fails such a run); the probe's last line says what it saw."""
+
+    stopped = False
+
+    def __init__(self, stops: Sequence[str] | None, length: int) -> None:
+        self.stops = tuple(stops or ())
+        self.length = length
+        self.past_stop = 0
+        self.past_length = 0
+
+    def add(self, records) -> None:
+        for r in records:
+            self.past_stop += bool(self.stops) and overran(r.get("text", ""), self.stops)
+            self.past_length += len(r.get("token_ids") or r.get("tokens") or []) > self.length
+
+    def check(self) -> None:
+        return None
+
+    def describe(self) -> str:
+        """One clause for the probe's last line, or "" when every sample honoured the request."""
+        parts = ([f"{self.past_stop} samples go on after a stop string"] if self.past_stop else []) + \
+            ([f"{self.past_length} list more than max_tokens {self.length} tokens"] if self.past_length else [])
+        return (f"; the server did not honour the request: {' and '.join(parts)} (compare fails its "
+                f"stop-and-length-honoured row)" if parts else "")
