@@ -796,9 +796,9 @@ def with_held_out_intervals(rows: pd.DataFrame, residual_rows: pd.DataFrame, lev
     sim = out["simulated"].astype(float)
     out["interval_lo"] = sim * np.exp(-out["q"])
     out["interval_hi"] = sim * np.exp(out["q"])
-    ratio = (out["figure"] == "ratio") & out["measured"].isin(["speedup", "decode_speedup"])
     gamma = pd.to_numeric(out["gamma"], errors="coerce").fillna(0)
-    out.loc[ratio, "interval_hi"] = np.minimum(out.loc[ratio, "interval_hi"], gamma[ratio] + 1.0)
+    capped = out["measured"].isin(["speedup", "decode_speedup"]) & (gamma > 0)
+    out.loc[capped, "interval_hi"] = np.minimum(out.loc[capped, "interval_hi"], gamma[capped] + 1.0)
     published = out["published"].astype(float)
     out["covered"] = (published >= out["interval_lo"]) & (published <= out["interval_hi"])
     return out
