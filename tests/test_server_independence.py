@@ -56,3 +56,21 @@ def test_consecutive_requests_are_tested_whether_or_not_the_server_honours_n(n):
     results = independence_results(run, 1e-6)
     assert len(results["across"]) == 3 and all(r.n > 0 for r in results["across"])
     assert (len(results["within"]) == 3) == (n > 1)
+
+
+@pytest.mark.slow  # 300 exact runs, about 4 s of CPU
+def test_the_new_rows_p_values_are_no_smaller_than_uniform_under_the_null():
+    """Calibration of the rows as they now run (every distance 1..n-1, both request offsets): over 300
+    exact runs each row's p-value falls below 0.01, 0.05 and 0.1 no more often than a uniform one would,
+    within three binomial standard deviations (Bonferroni over the tests makes them conservative)."""
+    app, runs = FakeOpenAI(seed=8), 300
+    pvalues = {"within": [], "across": []}
+    for _ in range(runs):
+        results = independence_results(fake_run(app, 64, length=1), 0.05)
+        for name in pvalues:
+            pvalues[name].append(results[name][0].pvalue)
+    for name, values in pvalues.items():
+        values = np.asarray(values)
+        for level in (0.01, 0.05, 0.1):
+            bound = level * runs + 3 * np.sqrt(level * (1 - level) * runs)
+            assert np.sum(values < level) <= bound, (name, level, np.sum(values < level))
