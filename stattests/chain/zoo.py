@@ -734,6 +734,7 @@ class SmallResidualFromTarget(_Mutant):
     expected_failed_checks = {
         "identity": "on near-identical the corrections follow p, not the residual: each position's law "
                     "moves by (1 − α)·TV(p, residual), above the guarantee sized there",
+        "exactness": "the same shift seen by the pooled chi-square at every drafted position of near-identical",
     }
 
     def _resample(self, final_p: np.ndarray, final_q: np.ndarray) -> np.ndarray:
