@@ -242,7 +242,7 @@ def test_independence_is_calibrated_on_every_fixture(name):
 
 #: (fixture, position): the whole-call count sub-test of independence-rows at the default tier's run
 #: shape, where a position is reached by some rows only; large calls are the slow tier's.
-WHOLE_CALL_SHAPES = [("batch8-g8", 8, 300), pytest.param("batch12-g5", 0, 1000, marks=pytest.mark.slow),
+WHOLE_CALL_SHAPES = [("batch8-g8", 8, 200), pytest.param("batch12-g5", 0, 1000, marks=pytest.mark.slow),
                      pytest.param("seed-six-token", 4, 300, marks=pytest.mark.slow),
                      pytest.param("q-zeros", 3, 300, marks=pytest.mark.slow)]
 

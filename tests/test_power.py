@@ -342,10 +342,11 @@ def test_identity_guarantee_holds_in_the_hardest_directions(name, k):
 # sharing (all, half, a quarter: weaker pairing hides better from the count test and hurts the
 # identity row less).
 
-#: (fixture, pairing shares, directions, replicates): the default tier's fast case (300 replicates
-#: still fail the audit's 0.985: 5 misses expected, binomial p-value 1e-7); the slow tier's search.
+#: (fixture, pairing shares, directions, replicates): the default tier's fast case (the direction the
+#: identity row alone misses most; 300 replicates still fail the audit's 0.985: 5 misses expected,
+#: binomial p-value 1e-7); the slow tier's search.
 _PAIRED_DIRECTIONS = ("heaviest-up", "heaviest-down", "paninski-pairs")
-PAIRED_SHAPES = [("batch8-g8", (1.0,), ("heaviest-up", "paninski-pairs"), 300),
+PAIRED_SHAPES = [("batch8-g8", (1.0,), ("heaviest-up",), 300),
                  pytest.param("batch8-g8", (1.0, 0.5, 0.25), None, 1000, marks=_SLOW),
                  pytest.param("batch12-g5", (1.0, 0.5, 0.25), None, 1000, marks=_SLOW),
                  pytest.param("seed-six-token", (1.0, 0.5, 0.25), _PAIRED_DIRECTIONS, 1000, marks=_SLOW)]
