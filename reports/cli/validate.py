@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         both = pd.concat([rows.assign(path="prior path"), runs.assign(path="user runs")], ignore_index=True)
         write_csv_atomic(both[columns], target.path, {"command": "validate", "arguments": argv, "level": level})
         say(f"wrote {target.path}")
-    say(f"({time.perf_counter() - started:.0f} s)")
+    say(f"done in {time.perf_counter() - started:.0f} s")
     return 0
 
 
