@@ -35,7 +35,7 @@ def certificates(kw, stop, seed=1, samples=1000):
     try:
         certs.append(one_sample_logprobs(run, target_tv=TV))
     except InputFileError as exc:
-        assert kw.get("naming", "ids") == "ids" and "no context could be tested" in str(exc), exc
+        assert kw.get("naming", "ids") == "ids" and "token names do not join into the sample texts" in str(exc), exc
     return run, certs
 
 

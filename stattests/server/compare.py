@@ -1040,9 +1040,17 @@ def one_sample_logprobs(run: ProbeRun, *, false_fail_rate: float = DEFAULT_FALSE
                             "tokens: testing the rest would bias the law)")
     kind = "ids" if unit_kind(run) == "ids" else "tokens"
     tokens = [r["tokens"] for r in run.records if "tokens" in r]  # the rows of seqs, in order
-    return _one_sample("logprobs", run, kind, prompt, seqs, cells, law_of, false_fail_rate, target_tv,
-                       refused + notes, laws=laws, seed=seed, usable=usable, refused_prompts=whole,
-                       spell=lambda row, k: " ".join(map(str, tokens[row][:k])))
+    try:
+        return _one_sample("logprobs", run, kind, prompt, seqs, cells, law_of, false_fail_rate, target_tv,
+                           refused + notes, laws=laws, seed=seed, usable=usable, refused_prompts=whole,
+                           spell=lambda row, k: " ".join(map(str, tokens[row][:k])))
+    except InputFileError as exc:
+        if not (_stop_strings(run) and not _text_stops(run)):
+            raise
+        raise InputFileError(f"{exc} (the run asked for stop strings, and its token names do not join into the "
+                             f"sample texts (token_id:N, or words): a stop cannot be placed, so the contexts where "
+                             f"samples stopped are untested; compare --reference MODEL_DIR places it by token id)") \
+            from None
 
 
 def _prompt_draws(run: ProbeRun, bad: np.ndarray) -> tuple[tuple[str, int], ...]:
