@@ -111,3 +111,22 @@ def test_the_probe_says_when_the_server_ignored_stop(tmp_path, capsys, ignore):
     out = capsys.readouterr().out
     assert status == 0 and out.startswith("probe: ")
     assert ("go on after a stop string" in out) == ignore and ("stop-and-length-honoured" in out) == ignore, out
+
+
+def test_the_stop_cell_reads_the_text_after_the_prompt_as_a_server_does():
+    """A tokenizer drops a first token's leading space when it decodes it alone; a server's text after
+    the prompt keeps it, so " w2" stops at the first position there: the stoppers are read after the
+    prompt's ids, cut off again."""
+    import numpy as np
+
+    from specgauge.stattests.server.stops import apply_stops
+
+    def decode_many(many):
+        return [" ".join(f"w{i}" for i in ids) for ids in many]
+    tokens = np.array([[0, 1], [2, -1]])
+    index = np.zeros((2, 2), np.int64)
+    table = np.array([[0.5, 0.3, 0.2, 0.0]])  # the last id: the stop's cell
+    _, where, laws = apply_stops(tokens, index, table, decode_many, (" w2",), 3, lead=lambda row: [1])
+    assert laws[where[0, 0]].tolist() == pytest.approx([0.5, 0.3, 0.0, 0.2])
+    _, where, laws = apply_stops(tokens, index, table, decode_many, (" w2",), 3)  # decoded alone: no stop there
+    assert laws[where[0, 0]].tolist() == pytest.approx([0.5, 0.3, 0.2, 0.0])

@@ -314,5 +314,5 @@ def teacher_forced_law(ref: ReferenceModel, run: ProbeRun) -> tuple:
 
         tokens, index, law = apply_stops(tokens, index, law,
                                          lambda many: tokenizer.batch_decode(many, skip_special_tokens=True),
-                                         stops, eos[0])
+                                         stops, eos[0], lead=lambda row: prompt_ids[int(prompt[row])])
     return prompt, tokens, index, law, mismatched

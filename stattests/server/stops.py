@@ -45,13 +45,16 @@ def split_next(prefix: str, texts: Sequence[str], stops: Sequence[str]) -> tuple
     return stopper, unclean
 
 
-def apply_stops(tokens, index, table, decode_many, stops: Sequence[str], stop_id: int):
+def apply_stops(tokens, index, table, decode_many, stops: Sequence[str], stop_id: int, lead=None):
     """A reference law (``tokens[N, L]``, ``index[N, L]`` rows of ``table[C, V]``) with the stop as a
     cell: at each context, the stoppers' mass moved onto ``stop_id`` (the end of sequence's cell: a
     sample that ended with "stop" drew either), and every draw at an unclean context, and under it,
     marked −2 (a token not known: the comparison leaves those contexts untested). Returns (tokens,
     index, table), one row per context now (rows a context-free law shared may differ by prefix).
-    ``decode_many(list of id lists) -> texts``; one decode per vocabulary entry per context."""
+    ``decode_many(list of id lists) -> texts``; one decode per vocabulary entry per context.
+    ``lead(row)``: the prompt's ids of sample ``row``, decoded before the completion and cut off
+    again, as a server detokenises a completion after its prompt (a tokenizer drops a first
+    token's leading space when it decodes it alone)."""
     import numpy as np
 
     tokens = np.array(tokens, copy=True)
@@ -68,8 +71,12 @@ def apply_stops(tokens, index, table, decode_many, stops: Sequence[str], stop_id
                 keys[key] = len(rows)
                 rows.append(law)
                 continue
-            stopper, unclean = split_next(decode_many([list(prefix)])[0],
-                                          decode_many([list(prefix) + [int(t)] for t in vocab]), stops)
+            head = list(lead(int(i))) if lead is not None else []
+            texts = decode_many([head + list(prefix)] + [head + list(prefix) + [int(t)] for t in vocab])
+            skip = len(decode_many([head])[0]) if head else 0
+            if head and not all(t.startswith(decode_many([head])[0]) for t in texts):
+                texts, skip = decode_many([list(prefix)] + [list(prefix) + [int(t)] for t in vocab]), 0
+            stopper, unclean = split_next(texts[0][skip:], [t[skip:] for t in texts[1:]], stops)
             if unclean:
                 keys[key] = -2
             else:
