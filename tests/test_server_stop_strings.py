@@ -130,3 +130,28 @@ def test_the_stop_cell_reads_the_text_after_the_prompt_as_a_server_does():
     assert laws[where[0, 0]].tolist() == pytest.approx([0.5, 0.3, 0.0, 0.2])
     _, where, laws = apply_stops(tokens, index, table, decode_many, (" w2",), 3)  # decoded alone: no stop there
     assert laws[where[0, 0]].tolist() == pytest.approx([0.5, 0.3, 0.2, 0.0])
+
+
+@pytest.mark.parametrize("biased", [False, True])
+def test_a_sized_probe_under_stop_keeps_betting_through_the_stops(tmp_path, capsys, biased):
+    """The early test bets on the stop as a cell (names that join into the text): an exact server under
+    a stop at the first position is watched to the end, never stopped; one sampling colder is stopped.
+    Before, its first stop froze each prompt's bets, without a word."""
+    pytest.importorskip("httpx2")
+    pytest.importorskip("uvicorn")
+    import json
+
+    from specgauge.fixtures.serve import serve_app
+    from specgauge.reports import cli
+
+    (tmp_path / "prompts.jsonl").write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
+    app = FakeOpenAI(seed=7, naming="pieces", **(dict(sample_temperature_factor=0.5) if biased else {}))
+    with serve_app(app) as url:
+        status = cli.main(["probe", url, "--out", str(tmp_path / "run.jsonl"), "--prompts",
+                           str(tmp_path / "prompts.jsonl"), "-L", "2", "--top-logprobs", "9", "--stop", "w2",
+                           "--guarantee", "0.4", "--context-mass", "0.3", "--no-progress"])
+    captured = capsys.readouterr()
+    if biased:
+        assert status == 1 and "FAIL (probe --guarantee 0.4" in captured.out, captured.err + captured.out
+    else:
+        assert status == 0 and "stayed below" in captured.err and "stopped watching" not in captured.err, captured.err

@@ -10,7 +10,7 @@ import sys
 from urllib.parse import urlsplit
 
 from specgauge.csvio import check_writable
-from specgauge.errors import UsageError
+from specgauge.errors import InputFileError, UsageError
 from specgauge.stattests.server.probe import ClientConfig, ProbeConfig, load_prompts, probe
 from specgauge.stattests.server.progress import auto_mode
 from specgauge.stattests.server.stops import HonouredWatch
@@ -188,15 +188,19 @@ def _sized(args, cfg: ProbeConfig, prompts: list[str], client: ClientConfig, pro
         tokens_of = reference_tokens(args.reference, cfg.max_tokens, stop_strings)
         what = "the reference model's law"
     else:
-        from specgauge.stattests.server.compare import logprob_cells
+        from specgauge.stattests.server.compare import text_stops, logprob_cells
         from specgauge.stattests.server.sequential import reported_contexts, reported_tokens
 
-        contexts = reported_contexts(run.records, cfg.max_tokens)
+        stops = text_stops(run)  # stop strings placed as draws where the token names join into the texts
+        try:
+            end = logprob_cells(run)[5]  # the end of sequence's name in the lists (None: the rest cell)
+        except InputFileError:  # no top logprobs at all: refused below, prompt by prompt
+            end = None
+        contexts = reported_contexts(run.records, cfg.max_tokens, stops, end)
         if {c.prompt for c in contexts if not c.prefix} != set(range(len(prompts))):
             raise UsageError("the pilot's samples carry no top logprobs at some prompt's first position: size with "
                              "--reference MODEL_DIR instead")
-        end = logprob_cells(run)[5]  # the end of sequence's name in the lists (None: the rest cell)
-        tokens_of = reported_tokens(cfg.max_tokens, end, stop_strings)
+        tokens_of = reported_tokens(cfg.max_tokens, end, stop_strings, stops)
         what = "the law the server reports"
     rate = planning_rate(args.false_fail, len(prompts), cfg.max_tokens)
     plan = plan_contexts(contexts, len(prompts), args.guarantee, rate, args.context_mass)

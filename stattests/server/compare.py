@@ -364,7 +364,7 @@ def _stop_strings(run: ProbeRun) -> bool:
     return bool(run.header.get("params", {}).get("stop"))
 
 
-def _text_stops(run: ProbeRun) -> tuple[str, ...]:
+def text_stops(run: ProbeRun) -> tuple[str, ...]:
     """The run's stop strings where its token names are the pieces of text they add (every sample that
     ran to its length joins its names into its text): a stop is then placed as a draw
     (:mod:`~specgauge.stattests.server.stops`); () where it asked for none, or names tokens otherwise
@@ -882,7 +882,7 @@ def logprob_cells(run: ProbeRun, eos: Sequence[str] = ()) -> tuple[np.ndarray, n
     records = [r for r in run.records if "tokens" in r]
     length = _length(run)
     stop_strings = _stop_strings(run)
-    stops = _text_stops(run)  # stop strings whose stops are draws here: tokens named as text
+    stops = text_stops(run)  # stop strings whose stops are draws here: tokens named as text
     k = max((len(row) for r in records for row in r.get("top", [])), default=0)
     if k == 0:
         raise InputFileError("the run's top logprobs are empty: probe with --top-logprobs K >= 1")
@@ -1045,7 +1045,7 @@ def one_sample_logprobs(run: ProbeRun, *, false_fail_rate: float = DEFAULT_FALSE
                            refused + notes, laws=laws, seed=seed, usable=usable, refused_prompts=whole,
                            spell=lambda row, k: " ".join(map(str, tokens[row][:k])))
     except InputFileError as exc:
-        if not (_stop_strings(run) and not _text_stops(run)):
+        if not (_stop_strings(run) and not text_stops(run)):
             raise
         raise InputFileError(f"{exc} (the run asked for stop strings, and its token names do not join into the "
                              f"sample texts (token_id:N, or words): a stop cannot be placed, so the contexts where "

@@ -178,12 +178,22 @@ def bet_context(prompt: int, prefix: tuple, names: Sequence, probs: np.ndarray, 
                    float(mass), np.r_[probs, rest] if rest > 0 else probs)
 
 
-def reported_contexts(records: Iterable[Mapping[str, Any]], length: int) -> list[Context]:
+def reported_contexts(records: Iterable[Mapping[str, Any]], length: int, stops: Sequence[str] = (),
+                      end: str | None = None) -> list[Context]:
     """The contexts a pilot reached, each with the top-k law the server reported there first, and the
-    reported law's probability of reaching it (None where a token before it is not in a list: left out)."""
+    reported law's probability of reaching it (None where a token before it is not in a list: left out).
+
+    ``stops``: the run's stop strings, where its token names join into the texts: at each context the
+    stoppers and the end (``end``) leave the bet's named cells for its rest cell, where a stopped sample
+    is counted (:func:`reported_tokens`), and a context where a stop string could span draws is not
+    watched (:mod:`~specgauge.stattests.server.stops`)."""
+    from specgauge.stattests.server.stops import first_stop, split_next
+
     laws: dict[tuple, tuple[list, np.ndarray]] = {}
     for r in records:
         tokens, top = r.get("tokens") or [], r.get("top") or []
+        cut = first_stop(tokens, stops) if stops and r.get("finish") == "stop" else None
+        tokens = tokens if cut is None else tokens[:cut]
         for k in range(min(len(tokens), length, len(top))):
             key = (r["p"], tuple(tokens[:k]))
             if key not in laws and top[k]:
@@ -198,17 +208,35 @@ def reported_contexts(records: Iterable[Mapping[str, Any]], length: int) -> list
                 mass = math.nan
                 break
             mass *= float(above[1][above[0].index(token)])
-        if math.isfinite(mass):
-            out.append(bet_context(p, prefix, names, probs, mass))
+        if not math.isfinite(mass):
+            continue
+        if stops:
+            head = "".join(prefix)
+            stopper, unclean = split_next(head, [head + t for t in names], stops)
+            if unclean:
+                continue
+            keep = [j for j, t in enumerate(names) if not stopper[j] and t != end]
+            names, probs = [names[j] for j in keep], np.asarray(probs)[keep]
+        out.append(bet_context(p, prefix, names, probs, mass))
     return out
 
 
-def reported_tokens(length: int, end: str | None, stop_strings: bool = False):
+def reported_tokens(length: int, end: str | None, stop_strings: bool = False, stops: Sequence[str] = ()):
     """``record -> its tokens`` as the reported laws name them, for :class:`ContextEProcess`: a
     sample that stopped short drew the end (``end``, or :data:`END_KEY`, the rest cell, where
-    its name is not known); one cut short otherwise ends in None (a token not known)."""
+    its name is not known); one cut short otherwise ends in None (a token not known). With
+    ``stops`` (names that join into the text), a sample that ended with "stop" drew the stop: the
+    rest cell, where :func:`reported_contexts` put the stoppers and the end."""
+    from specgauge.stattests.server.stops import first_stop
+
     def tokens_of(record: Mapping[str, Any]) -> list:
         tokens = list(record.get("tokens") or [])[:length]
+        if stops and record.get("finish") == "stop":
+            cut = first_stop(tokens, stops)
+            tokens = tokens if cut is None else tokens[:cut]
+            if end is not None and tokens and tokens[-1] == end:
+                tokens = tokens[:-1]  # a listed end (vLLM): the stop
+            return tokens + [END_KEY] if len(tokens) < length else tokens
         if len(tokens) < length and not (end is not None and tokens and tokens[-1] == end):
             stopped = record.get("finish") == "stop" and not stop_strings
             tokens.append((end if end is not None else END_KEY) if stopped else None)
