@@ -433,7 +433,9 @@ def truncation_note(run: ProbeRun, kind: str, name: str = "", tokenize: Tokenize
                      f"fewer entries (a trailing token withheld, or the byte tokens of one character merged into "
                      f"one entry), so they were not capped")
     stopped = sum(r.get("finish") == "stop" for r in short) if stop_strings else 0
-    if stopped:
+    if stopped and mode == "two-sample":
+        parts.append(f"{stopped} stopped with finish_reason 'stop' (a stop string or an end of sequence)")
+    elif stopped:
         parts.append(f"{stopped} stopped with finish_reason 'stop' (a stop string or an end of sequence, one cell: "
                      f"the stop, a draw at the position it stopped, where the stoppers are known: token ids in the "
                      f"reference mode, names that join into the text in the logprobs mode; else a token not known)")
