@@ -402,10 +402,10 @@ def read_own_residuals(path: str) -> pd.DataFrame:
     """A team's own residuals, as ``specgauge validate --add ... --mine PATH`` writes them (one row
     per run of theirs, predicted with the shipped constants); a file without them is refused in
     one line (exit status 2)."""
-    from specgauge import validate
-    from specgauge.reports.planning.validation import ValidationInputError
-
     import io
+
+    from specgauge import validate
+    from specgauge.errors import InputFileError as ValidationInputError
 
     text = validate.read_input_text(path, "validation residuals")
     try:
