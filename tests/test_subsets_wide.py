@@ -207,9 +207,16 @@ def test_the_negative_association_bound_holds_the_exact_null_tail():
             d.append(np.maximum(c - n * p, 0.0).sum())
     pmf, d = np.array(pmf), np.array(d)
     # the step negative association gives: E e^{sD} under the multinomial ≤ the product of the
-    # binomial factors, at every s the bound keeps
-    for s_value, log_mgf in zip(bound.s, bound.log_mgf):
-        assert math.log((pmf * np.exp(s_value * d)).sum()) <= log_mgf + 1e-12, s_value
+    # binomial factors, at every s the bound keeps; and with the heaviest token (0.6) split off,
+    # the same for A = Σ_{i≠h} (N_i − n p_i)⁺ and B = Σ_{i≠h} (n p_i − N_i)⁺, whose larger is D
+    counts = np.array([(a, b, n - a - b) for a in range(n + 1) for b in range(n + 1 - a)], dtype=np.float64)
+    above = np.maximum(counts[:, :2] - n * p[:2], 0.0).sum(axis=1)
+    below = np.maximum(n * p[:2] - counts[:, :2], 0.0).sum(axis=1)
+    assert bound.log_above is not None and np.allclose(np.maximum(above, below), d)
+    for k, s_value in enumerate(bound.s):
+        assert math.log((pmf * np.exp(s_value * d)).sum()) <= bound.log_mgf[k] + 1e-12, s_value
+        assert math.log((pmf * np.exp(s_value * above)).sum()) <= bound.log_above[k] + 1e-12, s_value
+        assert math.log((pmf * np.exp(s_value * below)).sum()) <= bound.log_below[k] + 1e-12, s_value
     for t in np.linspace(0.5, 14, 28):
         assert pmf[d >= t].sum() <= bound.sf(t) + 1e-12, t
     assert pmf[d >= bound.critical(0.05)].sum() <= 0.05

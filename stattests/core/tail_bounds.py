@@ -128,56 +128,104 @@ class PositivePartBound:
     by Chernoff over the counts' negative association, for one (n, p).
 
     Multinomial counts are negatively associated (Joag-Dev & Proschan 1983, 3.1), so for
-    non-negative non-decreasing f_i, E Π f_i(N_i) ≤ Π E f_i(N_i) (ibid., 2.8; Dubhashi & Ranjan
-    1998). With f_i = e^{s (N_i − n p_i)⁺}, s > 0: P(D ≥ t) ≤ e^{−s t} Π_i E e^{s (N_i − n p_i)⁺},
-    each factor over N_i's own Binomial(n, p_i) law: no union over sets and no Poissonization.
-    A factor is P(N_i < n p_i) + a finite sum over a window of k ≥ n p_i + the rest beyond the
-    window, bounded by Chernoff again: E[e^{s N}; N ≥ K] ≤ (1 − p + p e^{s + θ})ⁿ e^{−θ K}, θ ≥ 0."""
+    non-negative functions f_i all non-decreasing, or all non-increasing, E Π f_i(N_i) ≤
+    Π E f_i(N_i) (ibid., 2.8; Dubhashi & Ranjan 1998). With f_i = e^{s (N_i − n p_i)⁺}, s > 0:
+    P(D ≥ t) ≤ e^{−s t} Π_i E e^{s (N_i − n p_i)⁺}, each factor over N_i's own Binomial(n, p_i)
+    law: no union over sets and no Poissonization. A factor is P(N_i < n p_i) + a finite sum
+    over a window of k ≥ n p_i + the rest beyond the window, bounded by Chernoff again:
+    E[e^{s N}; N ≥ K] ≤ (1 − p + p e^{s + θ})ⁿ e^{−θ K}, θ ≥ 0.
+
+    A heavy token's own spread dominates that product, though the counts' sum pins it down:
+    with h the heaviest token, N_h − n p_h = −Σ_{i≠h} (N_i − n p_i), so D = max(A, B) with
+    A = Σ_{i≠h} (N_i − n p_i)⁺ and B = Σ_{i≠h} (n p_i − N_i)⁺, and P(D ≥ t) ≤ P(A ≥ t) + P(B ≥ t),
+    each bounded as above (B's factors non-increasing). The smaller of the two bounds is taken."""
 
     s: np.ndarray
     log_mgf: np.ndarray  # Σ_i log E e^{s (N_i − n p_i)⁺}, raised for rounding
+    log_above: np.ndarray | None = None  # the same over i ≠ h (A), or None where not computed
+    log_below: np.ndarray | None = None  # Σ_{i≠h} log E e^{s (n p_i − N_i)⁺} (B)
 
     def sf(self, t: float) -> float:
         """An upper bound on P(D ≥ t) under p."""
-        return float(math.exp(min(float(np.min(self.log_mgf - self.s * t)), 0.0)))
+        bound = math.exp(min(float(np.min(self.log_mgf - self.s * t)), 0.0))
+        if self.log_above is not None:
+            split = (math.exp(min(float(np.min(self.log_above - self.s * t)), 0.0))
+                     + math.exp(min(float(np.min(self.log_below - self.s * t)), 0.0)))
+            bound = min(bound, split)
+        return float(min(bound, 1.0))
 
     def critical(self, rate: float) -> float:
         """A t with P(D ≥ t) ≤ ``rate``."""
-        return float(np.min((self.log_mgf - math.log(rate)) / self.s))
+        t = float(np.min((self.log_mgf - math.log(rate)) / self.s))
+        if self.log_above is not None:
+            half = math.log(rate / 2)
+            t = min(t, max(float(np.min((self.log_above - half) / self.s)),
+                           float(np.min((self.log_below - half) / self.s))))
+        return t
 
 
-def positive_part_bound(n: int, p: np.ndarray, rate: float) -> PositivePartBound:
-    """The bound above for n draws of ``p`` (positive entries); the grid of s is refined
-    around the s that gives the least critical value at ``rate``."""
-    p = np.asarray(p, dtype=np.float64)
+#: A heaviest token at least this heavy is split off (D = max(A, B)): below it the split costs
+#: its factor 2 and saves little, and a third pass over the law is not worth its time.
+SPLIT_HEAVY = 0.05
+
+
+def _excess_log_mgf(n: int, p: np.ndarray, lower: bool):
+    """s ↦ Σ_i log E e^{s (N_i − n p_i)⁺} (``lower``: e^{s (n p_i − N_i)⁺}), N_i ~ Binomial(n, p_i):
+    the factor 1 where the excess is 0, an exact window of about 10 √(n p_i) + 16 terms, and
+    Chernoff beyond it, raised by the rounding of the log-pmfs."""
     lam = n * p
-    start = np.minimum(np.ceil(lam), n).astype(np.int64)  # the first k with (k − λ)⁺ ≥ 0 counted in the window
-    width = np.minimum(np.ceil(10.0 * np.sqrt(lam) + 16.0).astype(np.int64), n + 1 - start)
-    width = np.maximum(width, 1)
+    if lower:  # k < λ counts: the window ends at the last such k, and N ≥ λ gives the factor 1
+        last = np.ceil(lam).astype(np.int64) - 1
+        width = np.maximum(np.minimum(np.ceil(10.0 * np.sqrt(lam) + 16.0).astype(np.int64), last + 1), 1)
+        first = np.maximum(last - width + 1, 0)
+        flat = np.log(np.maximum(1.0 - _lower(last + 1, n, p), 1e-300))
+    else:  # k ≥ λ counts: the window starts at ⌈λ⌉, and N < λ gives the factor 1
+        first = np.minimum(np.ceil(lam), n).astype(np.int64)
+        width = np.maximum(np.minimum(np.ceil(10.0 * np.sqrt(lam) + 16.0).astype(np.int64), n + 1 - first), 1)
+        flat = np.log(np.maximum(_lower(first, n, p), 1e-300))
     starts = np.concatenate([[0], np.cumsum(width)[:-1]])
     token = np.repeat(np.arange(p.size), width)
-    k = (np.arange(token.size) - starts[token] + start[token]).astype(np.float64)
+    k = (np.arange(token.size) - starts[token] + first[token]).astype(np.float64)
     pt = p[token]
     log_pmf = (special.gammaln(n + 1.0) - special.gammaln(k + 1.0) - special.gammaln(n - k + 1.0)
                + k * np.log(pt) + (n - k) * np.log1p(-pt))
-    excess = k - lam[token]
-    below = np.log(np.maximum(_lower(start, n, p), 1e-300))  # log P(N < ⌈λ⌉): the factor e^0 there
-    beyond = (start + width).astype(np.float64)  # the first k past the window
+    excess = lam[token] - k if lower else k - lam[token]
+    log_pmf = np.where(excess >= 0, log_pmf, -np.inf)  # a window clipped at 0 or n
+    edge = (first - 1 if lower else first + width).astype(np.float64)  # the first k outside the window
     # rounding, in log units: each log-pmf sums terms up to log n! + n |log p| in size, each good to a
     # few units of 2^-52 relative, and a token's factor is within that of its largest term's error
-    scale = float(special.gammaln(n + 1.0)) + n * float(-np.log(p.min()))
-    slack = p.size * 64 * 2.0 ** -52 * scale + 1e-9
+    slack = p.size * 64 * 2.0 ** -52 * (float(special.gammaln(n + 1.0)) + n * float(-np.log(p.min()))) + 1e-9
 
     def log_mgf(s: float) -> float:
         a = log_pmf + s * excess
         peak = np.maximum.reduceat(a, starts)
+        peak = np.where(np.isfinite(peak), peak, 0.0)
         window = peak + np.log(np.add.reduceat(np.exp(a - peak[token]), starts))
-        theta = np.maximum(np.log(np.maximum(beyond, 1.0) / np.maximum(lam, 1e-300)) - s, 0.0)
-        rest = np.where(beyond > n, -np.inf, -s * lam + n * np.log1p(p * np.expm1(s + theta)) - theta * beyond)
-        return float(np.logaddexp(np.logaddexp(below, window), rest).sum()) + slack
+        if lower:  # E[e^{s(λ − N)}; N ≤ K] ≤ e^{sλ + θK} (1 − p + p e^{−s−θ})ⁿ
+            theta = np.maximum(np.log(np.maximum(lam, 1e-300) / np.maximum(edge, 1e-300)) - s, 0.0)
+            rest = np.where(edge < 0, -np.inf, s * lam + theta * edge + n * np.log1p(p * np.expm1(-s - theta)))
+        else:  # E[e^{s(N − λ)}; N ≥ K] ≤ e^{−sλ − θK} (1 − p + p e^{s+θ})ⁿ
+            theta = np.maximum(np.log(np.maximum(edge, 1.0) / np.maximum(lam, 1e-300)) - s, 0.0)
+            rest = np.where(edge > n, -np.inf, -s * lam + n * np.log1p(p * np.expm1(s + theta)) - theta * edge)
+        return float(np.logaddexp(np.logaddexp(flat, window), rest).sum()) + slack
 
+    return log_mgf
+
+
+def positive_part_bound(n: int, p: np.ndarray, rate: float) -> PositivePartBound:
+    """The bound above for n draws of ``p`` (positive entries, the heaviest last: split off
+    where it holds SPLIT_HEAVY or more); the grid of s is refined around the s that gives
+    the least critical value at ``rate``."""
+    p = np.asarray(p, dtype=np.float64)
+    whole = _excess_log_mgf(n, p, False)
     s = np.geomspace(0.03, 30.0, 16) / math.sqrt(max(n, 1))
-    values = np.array([log_mgf(x) for x in s])
+    values = np.array([whole(x) for x in s])
     best = int(np.argmin((values - math.log(rate)) / s))
-    fine = np.geomspace(s[max(best - 1, 0)], s[min(best + 1, s.size - 1)], 10)
-    return PositivePartBound(np.concatenate([s, fine]), np.concatenate([values, [log_mgf(x) for x in fine]]))
+    s = np.concatenate([s, np.geomspace(s[max(best - 1, 0)], s[min(best + 1, s.size - 1)], 10)])
+    values = np.concatenate([values, [whole(x) for x in s[16:]]])
+    heavy = int(np.argmax(p))
+    if p.size < 3 or p[heavy] < SPLIT_HEAVY:
+        return PositivePartBound(s, values)
+    rest = np.delete(p, heavy)
+    above, below = _excess_log_mgf(n, rest, False), _excess_log_mgf(n, rest, True)
+    return PositivePartBound(s, values, np.array([above(x) for x in s]), np.array([below(x) for x in s]))
