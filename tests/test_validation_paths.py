@@ -33,12 +33,41 @@ def test_alpha_from_tells_a_runs_own_acceptance_from_another_sources(table):
 def test_the_protocol_takes_every_curve_with_two_baselines_and_three_speculative_points(table):
     curves = V.runs_curves(table)
     names = [c.iloc[0]["fit_group"] for c in curves]
-    assert names == ["amd-mtp-random", "amd-mtp-sharegpt", "amd-minimax", "amd-kimi"]
+    assert names == ["amd-mtp-random", "amd-mtp-sharegpt", "amd-minimax", "amd-kimi",
+                     "amd-dd-405b", "amd-dd-70b", "llmd-qwen32b"]
     for curve in curves:
-        loads = curve["batch_size"].astype(int).tolist()
+        loads = [V._load_of(row) for _, row in curve.iterrows()]   # concurrency, or a rate sweep's requests/s
         assert loads == sorted(loads) and len(set(loads)) >= V.RUNS_MIN_SPEC
+    rates = next(c for c in curves if c.iloc[0]["fit_group"] == "amd-dd-405b")
+    assert rates["qps"].astype(float).tolist() == [0.2, 0.4, 0.6, 0.8, 1.0, 1.2, 1.4]
+    assert rates["batch_size"].nunique() == 1           # one engine cap: the load is the rate
     short = table[table["fit_group"] == "amd-kimi"].head(2)   # known-bad: two speculative points are not a curve
     assert V.runs_curves(short) == []
+
+
+def test_a_rate_sweep_is_read_at_its_requests_in_flight_and_its_own_speedup(table):
+    """A curve sent at request rates (``arrival`` poisson): its runs without speculation are fitted
+    at the requests in flight (the request itself and, by Little's law, rate × the published time
+    its output takes); its speed-up is the ratio of mean end-to-end latencies where the source
+    timed whole requests, of mean TPOTs where it timed tokens, and a closed loop's stays the
+    throughput ratio."""
+    from types import SimpleNamespace
+
+    row = table.set_index("id").loc["amd-dd-405b-q0.2"].to_dict()
+    config = V.row_config(row)
+    assert V._concurrency(row, config) == pytest.approx(1.0 + 0.2 * 4.50921)
+    saturated = V.row_config(row | {"qps": "100"})
+    assert V._concurrency(row | {"qps": "100"}, saturated) == float(config.batch_size)   # at most the cap
+    closed = V.row_config(table.set_index("id").loc["amd-mtp-random-c8"].to_dict())
+    assert V._concurrency({}, closed) == min(closed.batch_size, closed.requests)
+    result = {"speedup_vs_no_spec": 1.1, "tpot_speedup_vs_no_spec": 2.5, "mean_e2el_ms": 2000.0,
+              "no_spec_mean_e2el_ms": 4400.0}
+    rate, loop = SimpleNamespace(qps=0.2), SimpleNamespace(qps=None)
+    assert V._speedup_of(result, rate, "e2e_ms") == pytest.approx(2.2)
+    assert V._speedup_of(result, rate, "tpot_ms") == 2.5
+    assert V._speedup_of(result, loop, "e2e_ms") == 1.1
+    assert V._unit_value(result, rate, "e2e_ms", spec=True) == 2000.0
+    assert V._unit_value(result, rate, "e2e_ms", spec=False) == 4400.0
 
 
 #: Stand-in fold constants (the table's own estimates take about 15 s of CPU: the slow tier's
@@ -69,6 +98,7 @@ def test_a_published_speculative_point_is_read_in_its_sources_unit(table, runs):
     point = runs.set_index("id")
     assert point.loc["amd-mtp-random-c8:spec", "published"] == pytest.approx(19919.06 / 1.7)
     assert point.loc["amd-kimi-c8:spec", "published"] == pytest.approx(142.2 * 1.89)
+    assert point.loc["amd-dd-405b-q0.4:spec", "published"] == pytest.approx(2146.50, rel=1e-4)  # [22]: a rate sweep
 
 
 def test_a_points_interval_comes_from_the_other_sources_residuals_only(runs):

@@ -212,8 +212,9 @@ def row_config(row, profiles: str | None = None):
     return SimulationConfig(**fields)
 
 
-def speedup(config, alpha: float, decode: bool = False) -> float:
-    """Paired speed-up: of output throughput when saturated, of mean TPOT under a request rate.
+def speedup(config, alpha: float, decode: bool = False, e2e: bool = False) -> float:
+    """Paired speed-up: of output throughput when saturated, of mean TPOT under a request rate
+    (of mean end-to-end latency there with ``e2e``: ``_speedup_of``).
     With ``decode``, the decode phase alone: tokens a pass × plain step ÷ speculative round, at
     the batch cap and the mid-output context."""
     from specgauge.simulator import IIDAcceptance, simulate
@@ -222,14 +223,30 @@ def speedup(config, alpha: float, decode: bool = False) -> float:
 
     config = replace(config, acceptance=IIDAcceptance(alpha))
     if not decode:
-        row = simulate(config)
-        return float(row["speedup_vs_no_spec" if config.qps is None else "tpot_speedup_vs_no_spec"])
+        return _speedup_of(simulate(config), config, "e2e_ms" if e2e else "")
     setup = resolve(config)
     costs = RoundCost(setup.target_cost, setup.draft.cost, setup.overhead)
     kv = config.batch_size * (config.prompt_len + config.output_len / 2)
     plain = float(costs.decode_round(config.batch_size, 0, kv)[0])
     spec = float(costs.decode_round(config.batch_size, config.gamma, kv)[0])
     return config.acceptance.expected_tokens_per_pass(config.gamma) * plain / spec
+
+
+def _speedup_of(result: dict, config, unit: str = "") -> float:
+    """The simulated speed-up a published one measures: the output throughput ratio when saturated
+    or in a closed loop (where, by Little's law, it is also the ratio of mean end-to-end
+    latencies); under a request rate, the ratio of mean TPOTs, or of mean end-to-end latencies
+    where the source timed whole requests (``unit`` e2e_ms)."""
+    if config.qps is None:
+        return float(result["speedup_vs_no_spec"])
+    if unit == "e2e_ms":
+        return float(result["no_spec_mean_e2el_ms"]) / float(result["mean_e2el_ms"])
+    return float(result["tpot_speedup_vs_no_spec"])
+
+
+def _e2e(row) -> bool:
+    """A row whose speed-up is a ratio of end-to-end latencies (its source's unit, ``baseline_unit``)."""
+    return row.get("baseline_unit", "") == "e2e_ms"
 
 
 def alpha_for_length(gamma: int, length: float) -> float:
@@ -263,7 +280,7 @@ def simulated_value(row, config, alpha: float | None) -> float:
 
     measured = row["measured"]
     if measured in ("speedup", "decode_speedup"):
-        return speedup(config, alpha if alpha is not None else 0.0, decode=measured == "decode_speedup")
+        return speedup(config, alpha if alpha is not None else 0.0, decode=measured == "decode_speedup", e2e=_e2e(row))
     if measured in ("pass_ms", "prior_pass_ms"):
         setup = resolve(config)
         prior = measured == "prior_pass_ms"
@@ -307,14 +324,25 @@ def _per_token_s(row, config) -> float:
     raise ValidationInputError(f"row {row['id']}: baseline_unit {unit!r} is not e2e_ms, tok_s_gpu or tpot_ms")
 
 
+def _concurrency(row, config) -> float:
+    """Requests in flight at a curve point: a closed loop's concurrency (at most its requests);
+    under a request rate, by Little's law and Poisson arrivals seeing time averages, the request
+    itself and the rate times the published seconds its output takes (``_per_token_s`` × output
+    length), at most the batch cap. Either way, each request's life holds that many prefills."""
+    if config.qps is None:
+        return min(config.batch_size, config.requests)
+    return min(float(config.batch_size), 1.0 + config.qps * _per_token_s(row, config) * config.output_len)
+
+
 def curve_fit(rows: pd.DataFrame, profiles: str | None = None):
-    """The target's step model fitted on a curve's no-speculation points (closed loop, additive)."""
+    """The target's step model fitted on a curve's no-speculation points (closed loop, additive;
+    a rate sweep's points at their requests in flight, ``_concurrency``)."""
     from specgauge.simulator.core import resolve
     from specgauge.simulator.fit import serve_curve_fit
 
     configs = [row_config(r, profiles) for _, r in rows.iterrows()]
     setup = resolve(configs[0])
-    conc = [min(c.batch_size, c.requests) for c in configs]
+    conc = [_concurrency(r, c) for (_, r), c in zip(rows.iterrows(), configs)]
     per_token = [_per_token_s(r, c) for (_, r), c in zip(rows.iterrows(), configs)]
     return serve_curve_fit(setup.target_cost, conc, per_token, configs[0].prompt_len, configs[0].output_len)
 
@@ -374,7 +402,7 @@ def evaluate(table: pd.DataFrame, profiles: str | None = None, fit_curves: bool 
         alpha: float | None = None
         decode = row["measured"] == "decode_speedup"
         if how == "calibrate":
-            alpha = calibrate_alpha(lambda a: speedup(config, a, decode), float(row["published"]))
+            alpha = calibrate_alpha(lambda a: speedup(config, a, decode, _e2e(row)), float(row["published"]))
             where = "calibrated here"
         elif how == "length":
             alpha = alpha_for_length(config.gamma, float(row["accepted_length"]))
@@ -388,8 +416,8 @@ def evaluate(table: pd.DataFrame, profiles: str | None = None, fit_curves: bool 
                     raise ValidationInputError(f"row {row['id']}: alpha {how!r} names no row")
                 source_row = ref.iloc[0]
                 ref_config = row_config(source_row, row_profiles)
-                alpha = calibrate_alpha(lambda a: speedup(ref_config, a, source_row["measured"] == "decode_speedup"),
-                                        float(source_row["published"]))
+                alpha = calibrate_alpha(lambda a: speedup(ref_config, a, source_row["measured"] == "decode_speedup",
+                                                          _e2e(source_row)), float(source_row["published"]))
             where = row["alpha_source"] or f"from row {how[4:]}"
         elif how != "":
             alpha = float(how)
@@ -702,17 +730,25 @@ RUNS_MIN_BASELINE, RUNS_MIN_SPEC = 2, 3
 TIME_UNITS = ("e2e_ms", "tpot_ms")
 
 
+def _load_of(row) -> float:
+    """A curve point's load: its request rate in a rate sweep (``arrival`` poisson), else its
+    concurrency (``batch_size``)."""
+    return float(row["qps"]) if row.get("arrival", "") == "poisson" and row.get("qps", "") != "" \
+        else float(row["batch_size"])
+
+
 def runs_curves(table: pd.DataFrame) -> list[pd.DataFrame]:
     """The published curves the user-runs protocol takes: a ``fit_group`` whose source published
     its run without speculation at ``RUNS_MIN_BASELINE`` loads or more and speculative points at
-    ``RUNS_MIN_SPEC`` or more, each curve sorted by load."""
+    ``RUNS_MIN_SPEC`` or more, each curve sorted by load (``_load_of``: concurrency, or request
+    rate)."""
     curves = []
     rows = table[(table["fit_group"] != "") & (table["baseline"] != "")]
     for _, curve in rows.groupby("fit_group", sort=False):
-        spec = curve[(curve["gamma"].replace("", "0").astype(int) > 0) & (curve["measured"] == "speedup")]
-        if curve["batch_size"].nunique() >= RUNS_MIN_BASELINE and spec["batch_size"].nunique() >= RUNS_MIN_SPEC:
-            curves.append(curve.assign(_load=curve["batch_size"].astype(int)).sort_values("_load", kind="stable")
-                          .drop(columns="_load"))
+        loads = curve.apply(_load_of, axis=1) if len(curve) else pd.Series(dtype=float)
+        spec = (curve["gamma"].replace("", "0").astype(int) > 0) & (curve["measured"] == "speedup")
+        if loads.nunique() >= RUNS_MIN_BASELINE and loads[spec].nunique() >= RUNS_MIN_SPEC:
+            curves.append(curve.assign(_load=loads).sort_values("_load", kind="stable").drop(columns="_load"))
     return curves
 
 
@@ -722,6 +758,8 @@ def _unit_value(result: dict, config, unit: str, spec: bool) -> float:
     request waits for a slot when the engine caps fewer running requests than the client sends
     (SGLang's 48 with speculation, [12]), which the client's clock counts."""
     prefix = "" if spec else "no_spec_"
+    if unit == "e2e_ms" and config.qps is not None:   # a rate sweep: the requests' own mean
+        return float(result[f"{prefix}mean_e2el_ms"])
     if unit == "e2e_ms":
         return 1e3 * config.batch_size * config.output_len / float(result[f"{prefix}output_throughput"])
     if unit == "tpot_ms":
@@ -756,17 +794,17 @@ def user_runs(table: pd.DataFrame, workdir: str | None = None, estimates: tuple 
         if low["alpha"] == "length":
             alpha = alpha_for_length(low_config.gamma, float(low["accepted_length"]))
         else:
-            alpha = calibrate_alpha(lambda a: speedup(low_config, a), float(low["published"]))
+            alpha = calibrate_alpha(lambda a: speedup(low_config, a, e2e=_e2e(low)), float(low["published"]))
         for _, row in curve.iloc[1:].iterrows():
             config = replace(row_config(row, profiles), acceptance=IIDAcceptance(alpha))
             result = simulate(config)
             unit, base_value, published_speedup = row["baseline_unit"], float(row["baseline"]), float(row["published"])
             spec_value = base_value / published_speedup if unit in TIME_UNITS else base_value * published_speedup
+            load = float(config.batch_size) if config.qps is None else float(result["mean_batch_size"])
             common = {"source": src, "curve": name, "kind": "moe" if resolve_moe(config) else "dense",
-                      "load": float(config.batch_size), "gamma": config.gamma, "alpha": alpha,
-                      "draft_kind": _draft_kind(config)}
+                      "load": load, "gamma": config.gamma, "alpha": alpha, "draft_kind": _draft_kind(config)}
             figures = [("spec", "absolute", "runs", unit, spec_value, _unit_value(result, config, unit, True)),
-                       ("speedup", "ratio", "runs", "speedup", published_speedup, float(result["speedup_vs_no_spec"]))]
+                       ("speedup", "ratio", "runs", "speedup", published_speedup, _speedup_of(result, config, unit))]
             if row["id"] != high["id"]:
                 figures.insert(0, ("no-spec", "absolute", "calibrated", unit, base_value,
                                    _unit_value(result, config, unit, False)))
