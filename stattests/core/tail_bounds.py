@@ -142,15 +142,16 @@ class PositivePartBound:
 
     s: np.ndarray
     log_mgf: np.ndarray  # Σ_i log E e^{s (N_i − n p_i)⁺}, raised for rounding
-    log_above: np.ndarray | None = None  # the same over i ≠ h (A), or None where not computed
+    s_split: np.ndarray | None = None  # the s of the split, near the best of the whole
+    log_above: np.ndarray | None = None  # Σ_{i≠h} log E e^{s (N_i − n p_i)⁺} (A), or None where not computed
     log_below: np.ndarray | None = None  # Σ_{i≠h} log E e^{s (n p_i − N_i)⁺} (B)
 
     def sf(self, t: float) -> float:
         """An upper bound on P(D ≥ t) under p."""
         bound = math.exp(min(float(np.min(self.log_mgf - self.s * t)), 0.0))
         if self.log_above is not None:
-            split = (math.exp(min(float(np.min(self.log_above - self.s * t)), 0.0))
-                     + math.exp(min(float(np.min(self.log_below - self.s * t)), 0.0)))
+            split = (math.exp(min(float(np.min(self.log_above - self.s_split * t)), 0.0))
+                     + math.exp(min(float(np.min(self.log_below - self.s_split * t)), 0.0)))
             bound = min(bound, split)
         return float(min(bound, 1.0))
 
@@ -159,8 +160,8 @@ class PositivePartBound:
         t = float(np.min((self.log_mgf - math.log(rate)) / self.s))
         if self.log_above is not None:
             half = math.log(rate / 2)
-            t = min(t, max(float(np.min((self.log_above - half) / self.s)),
-                           float(np.min((self.log_below - half) / self.s))))
+            t = min(t, max(float(np.min((self.log_above - half) / self.s_split)),
+                           float(np.min((self.log_below - half) / self.s_split))))
         return t
 
 
@@ -171,17 +172,17 @@ SPLIT_HEAVY = 0.05
 
 def _excess_log_mgf(n: int, p: np.ndarray, lower: bool):
     """s ↦ Σ_i log E e^{s (N_i − n p_i)⁺} (``lower``: e^{s (n p_i − N_i)⁺}), N_i ~ Binomial(n, p_i):
-    the factor 1 where the excess is 0, an exact window of about 10 √(n p_i) + 16 terms, and
+    the factor 1 where the excess is 0, an exact window of about 10 √(n p_i) + 8 terms, and
     Chernoff beyond it, raised by the rounding of the log-pmfs."""
     lam = n * p
     if lower:  # k < λ counts: the window ends at the last such k, and N ≥ λ gives the factor 1
         last = np.ceil(lam).astype(np.int64) - 1
-        width = np.maximum(np.minimum(np.ceil(10.0 * np.sqrt(lam) + 16.0).astype(np.int64), last + 1), 1)
+        width = np.maximum(np.minimum(np.ceil(10.0 * np.sqrt(lam) + 8.0).astype(np.int64), last + 1), 1)
         first = np.maximum(last - width + 1, 0)
         flat = np.log(np.maximum(1.0 - _lower(last + 1, n, p), 1e-300))
     else:  # k ≥ λ counts: the window starts at ⌈λ⌉, and N < λ gives the factor 1
         first = np.minimum(np.ceil(lam), n).astype(np.int64)
-        width = np.maximum(np.minimum(np.ceil(10.0 * np.sqrt(lam) + 16.0).astype(np.int64), n + 1 - first), 1)
+        width = np.maximum(np.minimum(np.ceil(10.0 * np.sqrt(lam) + 8.0).astype(np.int64), n + 1 - first), 1)
         flat = np.log(np.maximum(_lower(first, n, p), 1e-300))
     starts = np.concatenate([[0], np.cumsum(width)[:-1]])
     token = np.repeat(np.arange(p.size), width)
@@ -228,4 +229,5 @@ def positive_part_bound(n: int, p: np.ndarray, rate: float) -> PositivePartBound
         return PositivePartBound(s, values)
     rest = np.delete(p, heavy)
     above, below = _excess_log_mgf(n, rest, False), _excess_log_mgf(n, rest, True)
-    return PositivePartBound(s, values, np.array([above(x) for x in s]), np.array([below(x) for x in s]))
+    near = np.concatenate([s[max(best - 2, 0):best + 3], s[16:]])  # A's and B's best s lie near D's
+    return PositivePartBound(s, values, near, np.array([above(x) for x in near]), np.array([below(x) for x in near]))
