@@ -47,7 +47,7 @@ EXPERT_AFFINITY = 0.5
 #: (``layer_overhead_us``) and its two collectives (``allreduce_latency_us``): latency-bound at
 #: decode, so constants of the pass that do not shrink with the batch. Each is the median over
 #: sources of the value a published batch-1 time of a deployment without speculation implies
-#: (``specgauge validate``: ``validation.fixed_cost_estimates``; docs/validation.md, "Step times at
+#: (``specgauge validate``: ``folds.fixed_cost_estimates``; docs/validation.md, "Step times at
 #: batch 1"), and is refitted without each source in the leave-one-source-out folds.
 #:
 #: A MoE layer's router, top-k, token alignment and grouped-GEMM launches: Qwen3-30B-A3B on two

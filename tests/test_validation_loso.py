@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from specgauge.reports.planning import folds as F
 from specgauge.reports.planning import validation as V
 from specgauge.simulator import SimulationConfig
 from specgauge.simulator.core import resolve
@@ -21,7 +22,7 @@ FIXED = {"mla_layer_overhead_us": {"[6]": [300.0], "[9]": [70.0], "[17]": [270.0
 
 
 def _fold(tmp_path, held_out):
-    path = V.fold_profile(held_out, str(tmp_path / f"fold{held_out.strip('[]')}.toml"), PASSES, MOE, FIXED)
+    path = F.fold_profile(held_out, str(tmp_path / f"fold{held_out.strip('[]')}.toml"), PASSES, MOE, FIXED)
     return path, tomllib.loads(Path(path).read_text())
 
 
@@ -46,17 +47,17 @@ def test_a_fold_learns_nothing_from_its_held_out_source(tmp_path):
 
 def test_the_estimates_come_from_the_sources_numbers():
     table = V.shipped_table()
-    passes = V.pass_overhead_estimates(table)
+    passes = F.pass_overhead_estimates(table)
     (first,) = passes[V.FIT_SOURCE]            # 2.135 ms over 3 passes against the 8B fit's 5.91 ms batch-1 pass
     assert first == pytest.approx(2.135 / 3 * 32 / 5.91, rel=0.01)
     assert len(passes[V.K_SWEEP_SOURCE]) == 6 and 5 < min(passes[V.K_SWEEP_SOURCE]) < max(passes[V.K_SWEEP_SOURCE]) < 10
 
 
 def test_the_shipped_fixed_costs_are_the_medians_the_table_implies():
-    fixed = V.fixed_cost_estimates(V.shipped_table())
+    fixed = F.fixed_cost_estimates(V.shipped_table())
     assert set(fixed["mla_layer_overhead_us"]) >= {"[6]", "[9]", "[10]", "[17]"}
-    assert V.median_of_sources(fixed["mla_layer_overhead_us"]) == pytest.approx(MLA_LAYER_OVERHEAD_US, abs=1.0)
-    assert V.median_of_sources(fixed["moe_layer_overhead_us"]) == pytest.approx(MOE_LAYER_OVERHEAD_US, abs=0.5)
+    assert F.median_of_sources(fixed["mla_layer_overhead_us"]) == pytest.approx(MLA_LAYER_OVERHEAD_US, abs=1.0)
+    assert F.median_of_sources(fixed["moe_layer_overhead_us"]) == pytest.approx(MOE_LAYER_OVERHEAD_US, abs=0.5)
 
 
 def test_the_headline_counts_predicted_rows_only():
@@ -94,9 +95,9 @@ def test_the_shipped_residuals_match_a_fresh_leave_one_source_out_run(tmp_path):
     from specgauge.reports.planning.intervals import shipped_residuals
 
     table = V.shipped_table()
-    estimates = V.fold_estimates(table, str(tmp_path))
-    folds, _ = V.loso(table, workdir=str(tmp_path), estimates=estimates)
-    fresh = V.residuals(folds, table, V.user_runs(table, str(tmp_path), estimates)).reset_index(drop=True)
+    estimates = F.fold_estimates(table, str(tmp_path))
+    folds, _ = F.loso(table, workdir=str(tmp_path), estimates=estimates)
+    fresh = V.residuals(folds, table, F.user_runs(table, str(tmp_path), estimates)).reset_index(drop=True)
     shipped = shipped_residuals()
     assert list(fresh["id"]) == list(shipped["id"])
     assert fresh["residual"].to_numpy() == pytest.approx(shipped["residual"].to_numpy(), abs=1e-3)

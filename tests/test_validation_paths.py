@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from specgauge.reports.planning import folds as F
 from specgauge.reports.planning import validation as V
 
 
@@ -31,18 +32,18 @@ def test_alpha_from_tells_a_runs_own_acceptance_from_another_sources(table):
 
 
 def test_the_protocol_takes_every_curve_with_two_baselines_and_three_speculative_points(table):
-    curves = V.runs_curves(table)
+    curves = F.runs_curves(table)
     names = [c.iloc[0]["fit_group"] for c in curves]
     assert names == ["amd-mtp-random", "amd-mtp-sharegpt", "amd-minimax", "amd-kimi",
                      "amd-dd-405b", "amd-dd-70b", "llmd-qwen32b"]
     for curve in curves:
-        loads = [V._load_of(row) for _, row in curve.iterrows()]   # concurrency, or a rate sweep's requests/s
-        assert loads == sorted(loads) and len(set(loads)) >= V.RUNS_MIN_SPEC
+        loads = [F._load_of(row) for _, row in curve.iterrows()]   # concurrency, or a rate sweep's requests/s
+        assert loads == sorted(loads) and len(set(loads)) >= F.RUNS_MIN_SPEC
     rates = next(c for c in curves if c.iloc[0]["fit_group"] == "amd-dd-405b")
     assert rates["qps"].astype(float).tolist() == [0.2, 0.4, 0.6, 0.8, 1.0, 1.2, 1.4]
     assert rates["batch_size"].nunique() == 1           # one engine cap: the load is the rate
     short = table[table["fit_group"] == "amd-kimi"].head(2)   # known-bad: two speculative points are not a curve
-    assert V.runs_curves(short) == []
+    assert F.runs_curves(short) == []
 
 
 def test_a_rate_sweep_is_read_at_its_requests_in_flight_and_its_own_speedup(table):
@@ -66,8 +67,8 @@ def test_a_rate_sweep_is_read_at_its_requests_in_flight_and_its_own_speedup(tabl
     assert V._speedup_of(result, rate, "e2e_ms") == pytest.approx(2.2)
     assert V._speedup_of(result, rate, "tpot_ms") == 2.5
     assert V._speedup_of(result, loop, "e2e_ms") == 1.1
-    assert V._unit_value(result, rate, "e2e_ms", spec=True) == 2000.0
-    assert V._unit_value(result, rate, "e2e_ms", spec=False) == 4400.0
+    assert F._unit_value(result, rate, "e2e_ms", spec=True) == 2000.0
+    assert F._unit_value(result, rate, "e2e_ms", spec=False) == 4400.0
 
 
 #: Stand-in fold constants (the table's own estimates take about 15 s of CPU: the slow tier's
@@ -78,11 +79,11 @@ ESTIMATES = ({"[x]": [5.5]}, {"[x]": [4.8]},
 
 @pytest.fixture(scope="module")
 def runs(table, tmp_path_factory):
-    return V.user_runs(table, str(tmp_path_factory.mktemp("runs")), ESTIMATES)
+    return F.user_runs(table, str(tmp_path_factory.mktemp("runs")), ESTIMATES)
 
 
 def test_the_given_runs_are_never_among_the_predicted_points(table, runs):
-    for curve in V.runs_curves(table):
+    for curve in F.runs_curves(table):
         low, high = curve.iloc[0]["id"], curve.iloc[-1]["id"]
         ids = set(runs["id"])
         assert not {f"{low}:no-spec", f"{low}:spec", f"{low}:speedup", f"{high}:no-spec"} & ids

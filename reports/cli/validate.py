@@ -164,6 +164,7 @@ def path_lines(prior: pd.DataFrame, runs: pd.DataFrame, level: float) -> list[st
 
 
 def main(argv: list[str] | None = None) -> int:
+    from specgauge.reports.planning import folds as F
     from specgauge.reports.planning import validation as V
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -190,9 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     import tempfile
 
     workdir = tempfile.mkdtemp(prefix="specgauge-validate-")
-    estimates = V.fold_estimates(table, workdir)
-    folds, shipped = V.loso(table, workdir=workdir, user=user_rows, estimates=estimates)
-    runs = V.user_runs(table, workdir, estimates)
+    estimates = F.fold_estimates(table, workdir)
+    folds, shipped = F.loso(table, workdir=workdir, user=user_rows, estimates=estimates)
+    runs = F.user_runs(table, workdir, estimates)
     published_folds = folds[folds["variant"] != "user"]
     residual_rows = V.residuals(published_folds, table, runs)
     rows = held_out_intervals(V.prior_path(published_folds), residual_rows, level, table)

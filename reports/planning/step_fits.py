@@ -1,7 +1,7 @@
 """The step model's constants that published runs set, estimated per source for leave-one-source-out.
 
 Each function returns ``{source: [estimate, ...]}``: what that source's rows imply for one
-shipped constant, so that ``validation.fold_profile`` can refit the constant without the
+shipped constant, so that ``folds.fold_profile`` can refit the constant without the
 source it predicts (``fold_values``) and the shipped value can be checked against the median
 of all sources (``tests/test_step_fits.py``).
 
