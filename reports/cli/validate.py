@@ -163,6 +163,25 @@ def path_lines(prior: pd.DataFrame, runs: pd.DataFrame, level: float) -> list[st
     return lines
 
 
+def overload_lines(checks: pd.DataFrame, brackets: pd.DataFrame) -> list[str]:
+    """The overloaded rows as a capacity question: how many the planner calls beyond one
+    replica's capacity (each arm a row), each miss by name, and each published bracket of a
+    capacity (stable at one rate, overloaded at the next) against the planner's search."""
+    if not len(checks):
+        return []
+    beyond = int(checks["beyond"].sum())
+    lines = [f"overloaded points (out of every steady-state pool): the planner called {beyond} of {len(checks)} beyond "
+             f"one replica's capacity ({checks['source'].nunique()} source, each arm a point)"]
+    for _, miss in checks[~checks["beyond"]].iterrows():
+        lines.append(f"  MISSED: {miss['id']} {miss['arm']}: {miss['qps']:g} requests/s published overloaded, the "
+                     f"planner's capacity {miss['capacity_rps']:.3g} requests/s")
+    for _, b in brackets.iterrows():
+        lines.append(f"  published capacity bracket, {b['curve']} {b['arm']}: stable at {b['stable_qps']:g}, overloaded "
+                     f"at {b['overloaded_qps']:g} requests/s; the planner's capacity {b['capacity_rps']:.3g} "
+                     f"({'inside' if b['inside'] else 'outside'} the bracket)")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     from specgauge.reports.planning import folds as F
     from specgauge.reports.planning import validation as V
@@ -179,13 +198,14 @@ def main(argv: list[str] | None = None) -> int:
     check_added_results(args.add, V.RESULT_OPTIONS, args.allow_model_mismatch)   # none twice, each of its target
     user = [V.rows_from_result(text) for text in args.add]     # every file read and checked before any work
     target = resolve_csv_target(args.csv, default_name="validation.csv") if args.csv else None
-    table = V.shipped_table()
+    published = V.shipped_table()
+    table = V.steady_rows(published)   # the overloaded rows are a capacity question (overload_lines)
     if args.knee_study:
         say(V.markdown(V.knee_study(table)))
         return 0
     user_rows = pd.concat(user, ignore_index=True) if user else None
     started = time.perf_counter()
-    say(f"specgauge validate: {len(table)} published rows from {table['source'].nunique()} sources"
+    say(f"specgauge validate: {len(published)} published rows from {published['source'].nunique()} sources"
         + (f" and {len(user_rows)} of yours" if user_rows is not None else "") + "; predicting each source with "
         "itself left out ...")
     import tempfile
@@ -233,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     for line in pool_lines(residual_rows, level):
         say(line)
     for line in path_lines(measured, runs, level):
+        say(line)
+    for line in overload_lines(*F.overload_check(published, workdir, estimates)):
         say(line)
     borrowed = predicted[predicted["alpha_from"] == "other"]
     if len(borrowed):

@@ -7,6 +7,7 @@ per-source estimates of the shipped constants): both read rows, this module fold
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from dataclasses import replace
@@ -15,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from specgauge.reports.planning.validation import (FIT_SOURCE, _draft_kind, _e2e, _speedup_of, alpha_for_length,
-                                                    calibrate_alpha, evaluate, fitted_profile, resolve_moe,
-                                                    row_config, simulated_value, speedup)
+                                                    calibrate_alpha, evaluate, fitted_profile, overloaded_rows,
+                                                    resolve_moe, row_config, simulated_value, speedup, steady_rows)
 
 
 def pass_overhead_estimates(table: pd.DataFrame, workdir: str | None = None) -> dict[str, list[float]]:
@@ -145,6 +146,7 @@ def loso(table: pd.DataFrame, workdir: str | None = None, user: pd.DataFrame | N
     ``calibrated`` profile) and on the datasheet prior (``variant`` ``prior``). ``user`` rows
     are predicted with every shipped constant (nothing in the shipped table is theirs)."""
     workdir = workdir or tempfile.mkdtemp(prefix="specgauge-loso-")
+    table = steady_rows(table)   # the overloaded rows are a capacity question (``overload_check``)
     shipped = evaluate(table, workdir=workdir)
     passes, moe, fixed = estimates or fold_estimates(table, workdir)
     folds = []
@@ -185,6 +187,7 @@ def runs_curves(table: pd.DataFrame) -> list[pd.DataFrame]:
     ``RUNS_MIN_SPEC`` or more, each curve sorted by load (``_load_of``: concurrency, or request
     rate)."""
     curves = []
+    table = steady_rows(table)   # a run past capacity is no point of a steady-state curve
     rows = table[(table["fit_group"] != "") & (table["baseline"] != "")]
     for _, curve in rows.groupby("fit_group", sort=False):
         loads = curve.apply(_load_of, axis=1) if len(curve) else pd.Series(dtype=float)
@@ -210,6 +213,21 @@ def _unit_value(result: dict, config, unit: str, spec: bool) -> float:
     return rate / (config.tp * config.dp) if unit == "tok_s_gpu" else rate
 
 
+def _afternoon(curve: pd.DataFrame, workdir: str, estimates: tuple) -> tuple[str, float]:
+    """What a user's afternoon gives the planner on one curve (sorted by load): the step model
+    fitted on its runs without speculation at the lowest and the highest load, over the
+    constants refitted without its source, and α from the speculative run at the lowest load
+    (its accepted length where published, else read off its speed-up)."""
+    src, name = curve.iloc[0]["source"], curve.iloc[0]["fit_group"]
+    base = fold_profile(src, os.path.join(workdir, f"runs-fold{src.strip('[]')}.toml"), *estimates)
+    low = curve.iloc[0]
+    profiles, _ = fitted_profile(curve.iloc[[0, -1]], os.path.join(workdir, f"runs-{name}.toml"), base)
+    low_config = row_config(low, profiles)
+    if low["alpha"] == "length":
+        return profiles, alpha_for_length(low_config.gamma, float(low["accepted_length"]))
+    return profiles, calibrate_alpha(lambda a: speedup(low_config, a, e2e=_e2e(low)), float(low["published"]))
+
+
 def user_runs(table: pd.DataFrame, workdir: str | None = None, estimates: tuple | None = None) -> pd.DataFrame:
     """The user-runs protocol on every curve of ``runs_curves``: what a user measures in an
     afternoon, given to the planner, and every other point of the curve predicted.
@@ -229,14 +247,8 @@ def user_runs(table: pd.DataFrame, workdir: str | None = None, estimates: tuple 
     out = []
     for curve in runs_curves(table):
         src, name = curve.iloc[0]["source"], curve.iloc[0]["fit_group"]
-        base = fold_profile(src, os.path.join(workdir, f"runs-fold{src.strip('[]')}.toml"), *estimates)
-        low, high = curve.iloc[0], curve.iloc[-1]
-        profiles, _ = fitted_profile(curve.iloc[[0, -1]], os.path.join(workdir, f"runs-{name}.toml"), base)
-        low_config = row_config(low, profiles)
-        if low["alpha"] == "length":
-            alpha = alpha_for_length(low_config.gamma, float(low["accepted_length"]))
-        else:
-            alpha = calibrate_alpha(lambda a: speedup(low_config, a, e2e=_e2e(low)), float(low["published"]))
+        high = curve.iloc[-1]
+        profiles, alpha = _afternoon(curve, workdir, estimates)
         for _, row in curve.iloc[1:].iterrows():
             config = replace(row_config(row, profiles), acceptance=IIDAcceptance(alpha))
             result = simulate(config)
@@ -256,3 +268,57 @@ def user_runs(table: pd.DataFrame, workdir: str | None = None, estimates: tuple 
                             "profile": profile, "measured": measured, "setup": f"{row['setup']}: {what}",
                             "published": published, "simulated": simulated, "ratio": simulated / published})
     return pd.DataFrame(out)
+
+
+# ----------------------------------------------------------------------------- runs past capacity
+
+
+def overload_check(table: pd.DataFrame, workdir: str | None = None,
+                   estimates: tuple | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The overloaded rows (``validation.REGIMES``) as a capacity question: does the planner, at
+    that deployment, call the row's request rate beyond one replica's capacity?
+
+    Each curve with overloaded rows is given what the user-runs protocol gives (``_afternoon``,
+    on the curve's steady rows, its source left out of every shipped constant); the planner's
+    capacity (``capacity.search``, no SLO: the highest rate it serves stably) is found with and
+    without speculation. Returns (one row per overloaded row and arm: ``qps``, ``capacity_rps``,
+    ``beyond``; one row per curve and arm whose sweep brackets its capacity, stable at
+    ``stable_qps`` and overloaded at ``overloaded_qps``: the planner's ``capacity_rps``, ``inside``
+    the bracket, and ``residual``, log of the bracket's geometric middle over the capacity)."""
+    from specgauge.reports.planning.capacity import search
+    from specgauge.reports.planning.slo import parse_slo
+    from specgauge.simulator import IIDAcceptance
+
+    over = overloaded_rows(table)
+    if not len(over):
+        return pd.DataFrame(), pd.DataFrame()
+    workdir = workdir or tempfile.mkdtemp(prefix="specgauge-overload-")
+    estimates = estimates or fold_estimates(table, workdir)
+    curves = {c.iloc[0]["fit_group"]: c for c in runs_curves(table)}
+    checks, brackets = [], []
+    for name, rows in over.groupby("fit_group", sort=False):
+        rows = rows.sort_values("qps", key=lambda s: s.astype(float), kind="stable")
+        src, first = rows.iloc[0]["source"], rows.iloc[0]
+        curve = curves.get(name)
+        if curve is not None:
+            profiles, alpha = _afternoon(curve, workdir, estimates)
+        else:   # no steady curve to calibrate on: the prior, refitted without the source, and no speculative arm
+            profiles = fold_profile(src, os.path.join(workdir, f"over-fold{src.strip('[]')}.toml"), *estimates)
+            alpha = None
+        config = replace(row_config(first, profiles), qps=None)
+        arms = {"no speculation": replace(config, draft=None, gamma=0)}
+        if alpha is not None and config.gamma > 0:
+            arms["speculation"] = replace(config, acceptance=IIDAcceptance(alpha))
+        for arm, arm_config in arms.items():
+            best, _, _ = search(arm_config, parse_slo(None))
+            capacity = float(best["qps"]) if best is not None else 0.0
+            for _, row in rows.iterrows():
+                checks.append({"id": row["id"], "source": src, "curve": name, "arm": arm, "qps": float(row["qps"]),
+                               "capacity_rps": capacity, "beyond": float(row["qps"]) > capacity})
+            stable = curve[curve["arrival"] == "poisson"]["qps"].astype(float) if curve is not None else pd.Series()
+            if len(stable):
+                low, high = float(stable.max()), float(rows["qps"].astype(float).min())
+                brackets.append({"source": src, "curve": name, "arm": arm, "stable_qps": low, "overloaded_qps": high,
+                                 "capacity_rps": capacity, "inside": low <= capacity < high,
+                                 "residual": math.log(math.sqrt(low * high) / capacity) if capacity > 0 else math.inf})
+    return pd.DataFrame(checks), pd.DataFrame(brackets)

@@ -49,13 +49,20 @@ DATA = ("planning", "data")
 COLUMNS = ["id", "source", "locator", "setup", "measured", "published", "role", "alpha", "accepted_length",
            "alpha_source", "gpu", "target", "draft", "tp", "dp", "ep", "draft_tp", "gamma", "prompt_len", "output_len",
            "batch_size", "spec_batch_size", "qps", "arrival", "requests", "empty_proposals", "draft_kv_budget", "versus",
-           "fit_group", "baseline", "baseline_unit", "engine", "year", "note"]
+           "fit_group", "baseline", "baseline_unit", "engine", "year", "note", "regime"]
 REQUIRED = ["source", "setup", "measured", "published", "gpu", "target"]
 MEASURES = ("speedup", "decode_speedup", "tpot_ms", "output_throughput", "duration_s", "throughput_ratio", "pass_ms",
             "prior_pass_ms", "draft_cost_ratio", "p99_tpot_ms", "p99_ttft_ms")
 #: The tail figures a fleet is sized on: a run's 99th percentile TPOT and TTFT at its stated load.
 TAIL_MEASURES = ("p99_tpot_ms", "p99_ttft_ms")
 ROLES = ("check", "calibrated", "predicted")
+#: A row's ``regime``, from its source alone: empty, a steady state (what a simulator's mean
+#: figures describe); ``overloaded``, a run past the server's capacity: its source states that
+#: the queue grew, or it served under 98 % of the offered rate (the planner's own ``stable``,
+#: ``STABLE_SERVED_FRACTION``). Its TPOT grows with the run's length, so no steady-state
+#: prediction is comparable with it: it stays out of every residual pool and is checked as a
+#: capacity question instead (``folds.overload_check``).
+REGIMES = ("", "overloaded")
 INTEGER_FIELDS = ("tp", "dp", "ep", "draft_tp", "gamma", "prompt_len", "output_len", "batch_size", "spec_batch_size",
                   "requests", "draft_kv_budget")
 FLOAT_FIELDS = ("qps", "empty_proposals")
@@ -151,6 +158,11 @@ def check_table(frame: pd.DataFrame, where: str) -> pd.DataFrame:
             raise ValidationInputError(f"{line}: arrival closed holds batch_size requests in flight; drop qps {row.qps}")
         if row.arrival == "poisson" and row.qps == "":
             raise ValidationInputError(f"{line}: arrival poisson needs a qps")
+        if row.regime not in REGIMES:
+            raise ValidationInputError(f"{line}: regime {row.regime!r} is not overloaded or empty (a steady state)")
+        if row.regime == "overloaded" and row.arrival != "poisson":
+            raise ValidationInputError(f"{line}: an overloaded row is a request rate past capacity: it needs arrival "
+                                       f"poisson and its qps")
         alpha = row.alpha
         if alpha not in ("", "calibrate", "length") and not alpha.startswith("row:"):
             a = _float(alpha, f"{line}: alpha")
@@ -160,11 +172,24 @@ def check_table(frame: pd.DataFrame, where: str) -> pd.DataFrame:
             raise ValidationInputError(f"{line}: alpha 'length' needs an accepted_length")
         if alpha.startswith("row:") and alpha[4:] not in set(frame["id"]):
             raise ValidationInputError(f"{line}: alpha {alpha!r} names no row id of the same file")
+        if alpha.startswith("row:") and alpha[4:] in set(frame.loc[frame["regime"] == "overloaded", "id"]):
+            raise ValidationInputError(f"{line}: alpha {alpha!r} names an overloaded row; take α from a steady one")
     if frame["id"].eq("").any():
         frame.loc[frame["id"].eq(""), "id"] = [f"row{i + 1}" for i in np.flatnonzero(frame["id"].eq(""))]
     if frame["role"].eq("").any():
         frame.loc[frame["role"].eq(""), "role"] = "predicted"
     return frame
+
+
+def steady_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows a steady-state prediction is compared with: every row but the overloaded ones
+    (``REGIMES``)."""
+    return table[table.get("regime", pd.Series("", index=table.index)) != "overloaded"]
+
+
+def overloaded_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows taken past the server's capacity (``REGIMES``): a capacity question, not a figure."""
+    return table[table.get("regime", pd.Series("", index=table.index)) == "overloaded"]
 
 
 def check_deployments(frame: pd.DataFrame, where: str) -> pd.DataFrame:
@@ -503,7 +528,7 @@ def residuals(folds: pd.DataFrame, table: pd.DataFrame | None = None, runs: pd.D
     from specgauge.reports.planning.intervals import figure_of, load_band
 
     table = shipped_table() if table is None else table
-    rows = prior_path(folds)
+    rows = steady_rows(prior_path(folds))   # a run past capacity is no steady-state figure's residual
     predicted = rows[(rows["role"] == "predicted") & rows["ratio"].notna()]
     out = pd.DataFrame({
         "source": predicted["source"], "id": predicted["id"], "path": "loso", "setup": predicted["setup"],
@@ -513,7 +538,8 @@ def residuals(folds: pd.DataFrame, table: pd.DataFrame | None = None, runs: pd.D
         "alpha": predicted["alpha_used"], "alpha_from": [alpha_from(r, table) for _, r in predicted.iterrows()],
         "published": predicted["published"].astype(float), "simulated": predicted["simulated"].round(6)})
     if own is not None and len(own):
-        mine = own[(own["role"] == "predicted") & own["ratio"].notna()]
+        mine = steady_rows(own)
+        mine = mine[(mine["role"] == "predicted") & mine["ratio"].notna()]
         out = pd.concat([out, pd.DataFrame({
             "source": mine["source"], "id": mine["id"], "path": "yours", "setup": mine["setup"],
             "measured": mine["measured"], "figure": [figure_of(m) for m in mine["measured"]],
