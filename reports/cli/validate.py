@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     published = V.shipped_table()
     table = V.steady_rows(published)   # the overloaded rows are a capacity question (overload_lines)
     if args.knee_study:
-        say(V.markdown(V.knee_study(table)))
+        say(V.markdown(V.knee_study(published)))   # a study of every row, not a pool
         return 0
     user_rows = pd.concat(user, ignore_index=True) if user else None
     started = time.perf_counter()

@@ -154,7 +154,9 @@ def add_capacity_intervals(frame: pd.DataFrame, profiles: str | None = None, alp
                            own: pd.DataFrame | None = None) -> pd.DataFrame:
     """``capacity_rps_lo``/``_hi`` from the validation's interval of the run's request rate
     (``reports.planning.intervals``), where it exists; the frame unchanged otherwise. The
-    validation holds no capacity rows, so the note says whose residuals the interval borrows;
+    validation's only published capacities are brackets (a sweep stable at one rate, overloaded
+    at the next: ``folds.overload_check``), two from one source, too few for a pool of their own,
+    so the note says whose residuals the interval borrows;
     ``own``: a user's residuals (``plan --validation``), as ``intervals.add_intervals`` takes them."""
     try:
         from . import intervals
@@ -169,8 +171,8 @@ def add_capacity_intervals(frame: pd.DataFrame, profiles: str | None = None, alp
     scale_hi = with_bands["request_throughput_hi"] / with_bands["request_throughput"]
     out.loc[rated.index, "capacity_rps_lo"] = rated["capacity_rps"] * scale_lo
     out.loc[rated.index, "capacity_rps_hi"] = rated["capacity_rps"] * scale_hi
-    out.loc[rated.index, "capacity_interval_note"] = ("no published capacity rows: borrowed from the interval of a "
-                                                      "simulated request rate; " + with_bands["interval_note"].astype(str))
+    out.loc[rated.index, "capacity_interval_note"] = ("published capacity brackets too few for a pool (2, one source): "
+                                                      "borrowed from the interval of a simulated request rate; " + with_bands["interval_note"].astype(str))
     return out
 
 
