@@ -236,3 +236,20 @@ def test_knowing_more_never_borrows_a_narrower_band_than_knowing_less():
     assert I.Group("ratio", "calibrated", None, None).parent() == I.Group("ratio", "prior", None, None)
     assert I.band(I.Group("ratio", "prior", None, None), 0.9, both).q < prior.q   # the parent alone would narrow it
     assert calibrated.q == pytest.approx(prior.q)
+
+
+def test_a_small_pool_borrows_only_its_own_figure_and_names_the_pool_it_borrowed():
+    """Every pool the planner reads from the shipped residuals: a band too small borrows a pool of
+    the same figure (never a speed-up's band for a TPOT), and ``validate``'s pool line names it."""
+    from specgauge.reports.cli.validate import pool_lines
+
+    residuals = I.shipped_residuals()
+    lines = "\n".join(pool_lines(I.pool_rows(residuals), 0.9))
+    for figure in I.FIGURES:
+        for profile in I.PROFILES:
+            for kind in ("dense", "moe"):
+                for load, _ in I.LOAD_BANDS:
+                    b = I.band(I.Group(figure, profile, kind, load), 0.9, residuals)
+                    assert b.group_used.figure == figure
+                    if b.group_used != b.group:
+                        assert f"({b.group_used.label()})" in lines
