@@ -14,7 +14,7 @@ and the NumPy reference get through per CPU-second on the 152k fixture.
 
 Run with ``pytest benchmarks/bench_sample_complexity.py -s``; the last test prints the
 table that docs/gate.md shows, with the certified lower bound on draws beside each row
-count (:mod:`specgauge.stattests.core.lower_bound`) and their ratio.
+count (:mod:`specgauge.stattests.identity.lower_bound`) and their ratio.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import pytest
 
 from specgauge.fixtures.pairs import FIXTURES, zipf
 from specgauge.stattests.chain.certify import CertConfig
-from specgauge.stattests.core.identity import min_num_samples_for_identity_test
-from specgauge.stattests.core.lower_bound import min_num_samples_lower_bound
+from specgauge.stattests.identity.instance import min_num_samples_for_identity_test
+from specgauge.stattests.identity.lower_bound import min_num_samples_lower_bound
 
 VOCABS = (6, 1_000, 32_000, 151_936)
 TVS = (0.05, 0.1, 0.2)

@@ -2,15 +2,19 @@
 
 ``core``      the statistics, the decoder and language-model contracts, the reference
               rule, sampling, deadlines and the one :class:`~.core.certificate.Certificate`
+``identity``  identity testing against a known p: the proven rows, their tail bounds and
+              the lower bound on the draws any test needs (a floor on the core: the rooms
+              import it, the core never does)
 ``chain``     certification of chain verifiers: harness, checks, zoo, whole sequences
 ``tree``      certification of tree verifiers: harness, checks, references, zoo, optimum
 ``server``    probing and certifying a running OpenAI-compatible server
 ``decoders``  adapters of real engines (torch, HF, vLLM, SGLang, EAGLE)
 
-Rooms import the core, never each other. The names below load on first use (PEP 562), so
-importing the package, as the pytest plugin does in every run, imports nothing else. The
-first release's flat module names (``specgauge.stattests.contract`` and so on) still
-import, with one DeprecationWarning each.
+Rooms import the core and identity testing, never each other. The names below load on first
+use (PEP 562), so importing the package, as the pytest plugin does in every run, imports
+nothing else. The first release's flat module names (``specgauge.stattests.contract`` and so
+on) and the core's former identity modules (``core.identity`` and so on) still import, with
+one DeprecationWarning each.
 """
 
 import sys
@@ -35,6 +39,8 @@ MOVED = {
     "tree_optimal": "tree.optimal", "tree_reference": "tree.reference", "tree_zoo": "tree.zoo",
     "server_compare": "server.compare", "server_probe": "server.probe", "server_reference": "server.reference",
     "server_stats": "server.stats",
+    "core.identity": "identity.instance", "core.subsets": "identity.subsets",
+    "core.lower_bound": "identity.lower_bound", "core.tail_bounds": "identity.tail_bounds",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -52,13 +58,13 @@ class _MovedModule(MetaPathFinder, Loader):
     """Imports an old flat name as the module that replaced it, warning once per name."""
 
     def find_spec(self, fullname, path=None, target=None):
-        prefix, _, old = fullname.rpartition(".")
-        if prefix == __name__ and old in MOVED:
+        prefix, _, old = fullname.partition(".stattests.")
+        if prefix == __name__.rpartition(".")[0] and old in MOVED:
             return ModuleSpec(fullname, self)
         return None
 
     def create_module(self, spec):
-        new = f"{__name__}.{MOVED[spec.name.rpartition('.')[2]]}"
+        new = f"{__name__}.{MOVED[spec.name.partition('.stattests.')[2]]}"
         warnings.warn(f"{spec.name} moved to {new}; import it from there", DeprecationWarning, stacklevel=2)
         module = import_module(new)
         self._real_spec = module.__spec__  # the import system stamps the old name's spec on it

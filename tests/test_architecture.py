@@ -1,7 +1,8 @@
 """The gate's layout is its architecture: rooms around a core, imports pointing one way.
 
-``stattests/core`` imports no room; ``chain``, ``tree``, ``server`` and ``decoders`` import
-the core and never each other. The report layer (``reports/``: ``cli``, ``figures``,
+``stattests/core`` imports no room; ``identity`` (identity testing: the proven rows) imports
+the core and no room, and the core never imports it; ``chain``, ``tree``, ``server`` and
+``decoders`` import the core and identity testing, never each other. The report layer (``reports/``: ``cli``, ``figures``,
 ``planning``) sits above the gate, the simulator and the acceptance
 measurement, which never import it; only its ``cli`` room brings the others together; no
 import circle anywhere; no torch on the command line's import path. The first release's
@@ -45,14 +46,15 @@ def _room_of(module: str) -> str | None:
     return None
 
 
-@pytest.mark.parametrize("room", ("core",) + ROOMS)
+@pytest.mark.parametrize("room", ("core", "identity") + ROOMS)
 def test_a_room_imports_only_the_core(room: str) -> None:
+    below = {"core": (), "identity": ("core",)}.get(room, ("core", "identity"))
     offending = []
     for path in sorted((ROOT / "stattests" / room).glob("*.py")):
         package = f"specgauge.stattests.{room}"
         for module in _imports(path, package):
             other = _room_of(module)
-            if other in ROOMS and other != room:
+            if other in ROOMS + ("identity",) and other != room and other not in below:
                 offending.append(f"{path.relative_to(ROOT)} imports {module}")
     assert not offending, "\n".join(offending)
 
@@ -254,6 +256,24 @@ def test_old_flat_names_import_with_one_warning() -> None:
         "assert len(moved) == 2, moved\n"
         "assert 'moved to specgauge.stattests.core.contract' in moved[0], moved\n"
         "from specgauge.stattests import NumpyDecoder, Certificate\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
+def test_the_cores_former_identity_modules_import_with_one_warning() -> None:
+    code = (
+        "import warnings\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    from specgauge.stattests.core.identity import identity_statistic as old\n"
+        "    import specgauge.stattests.core.subsets as subsets\n"
+        "from specgauge.stattests.identity.instance import identity_statistic as new\n"
+        "assert old is new\n"
+        "assert subsets.__name__ == 'specgauge.stattests.identity.subsets', subsets.__name__\n"
+        "moved = [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)]\n"
+        "assert len(moved) == 2 and 'moved to specgauge.stattests.identity.instance' in moved[0], moved\n"
         "print('ok')\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -362,7 +362,7 @@ def test_identity_is_calibrated_on_every_fixture_shape(name, k):
     from the Pearson III law of its exact variance and simulated skewness, Bonferroni over
     the parts) are uniform or conservative under the null, at the n the default
     certification gives."""
-    from specgauge.stattests.core.identity import identity_test
+    from specgauge.stattests.identity.instance import identity_test
 
     f = _PAIRS[name]
     n = int(CONFIG.rows(f) * emission_probability(f)[k])
@@ -382,11 +382,11 @@ IDENTITY_TAIL = [
 
 @pytest.mark.parametrize("name, k", IDENTITY_TAIL)
 def test_identity_critical_value_holds_deep_in_the_tail(name, k):
-    """The proven bound on Z's null tail (core/tail_bounds.py) checked by simulation: fresh
+    """The proven bound on Z's null tail (identity/tail_bounds.py) checked by simulation: fresh
     null draws of the middle's Z (200,000 on small vocabularies, 20,000 on large ones) exceed
     its critical values at 1e-3 and 1e-4 no more often than declared (one-sided binomial)."""
-    from specgauge.stattests.core.identity import _simulate, null_variance, proven_split
-    from specgauge.stattests.core.tail_bounds import z_tail_bound
+    from specgauge.stattests.identity.instance import _simulate, null_variance, proven_split
+    from specgauge.stattests.identity.tail_bounds import z_tail_bound
 
     f = _PAIRS[name]
     p = f.target[k]

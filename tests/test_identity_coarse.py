@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from specgauge.fixtures.pairs import zipf
-from specgauge.stattests.core.identity import _coarse_plan, _coarse_result, _plan
+from specgauge.stattests.identity.instance import _coarse_plan, _coarse_result, _plan
 
 BETA = 1e-3
 

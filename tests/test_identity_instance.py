@@ -22,7 +22,7 @@ from specgauge.stattests.chain.checks import dispersion_test
 from specgauge.stattests.chain.certify import CertConfig, certify
 from specgauge.stattests.chain.harness import emission_probability
 from specgauge.stattests.chain.zoo import HerdedRemainder
-from specgauge.stattests.core.identity import (_simulate, alternative_moments, middle_statistic,
+from specgauge.stattests.identity.instance import (_simulate, alternative_moments, middle_statistic,
                                                min_discrepancy_of_identity_test, min_num_samples_for_identity_test,
                                                split_for)
 from specgauge.stattests.core.sampling import multinomial_counts
@@ -68,7 +68,7 @@ def _degenerate_fourth_moment(n: int, p: np.ndarray, q: np.ndarray, w: np.ndarra
 def test_degenerate_fourth_moment_is_bounded(vocab, n):
     """The proven guarantee's step: the edge-multiset count of E U⁴ matches simulation, and
     degenerate_deviation's bound (at β = 1, so t⁴ bounds E U⁴) lies above it, for q far from p."""
-    from specgauge.stattests.core.identity import _Middle, degenerate_deviation
+    from specgauge.stattests.identity.instance import _Middle, degenerate_deviation
 
     rng = np.random.default_rng(vocab)
     p, q = rng.dirichlet(np.ones(vocab)), rng.dirichlet(np.ones(vocab))
@@ -168,13 +168,13 @@ def test_herded_biased_bonus_fails_the_default_tier():
 @pytest.mark.parametrize("name, k, n", [("seed-six-token", 0, 2_000), ("zipf-1k-tv0.05", 0, 3_000),
                                         ("batch1-g5", 5, 500)])
 def test_proven_null_tail_lies_above_the_simulated_one(name, k, n):
-    """The identity rows' false-fail rate is proven (core/tail_bounds.py): the bound on
+    """The identity rows' false-fail rate is proven (identity/tail_bounds.py): the bound on
     P(Z ≥ z) must lie above the tail of 20,000 simulated null draws wherever the simulation
     sees it (1e-1 to 1e-3), and the critical value at the per-assertion rate beyond every draw."""
     import math
 
-    from specgauge.stattests.core.identity import null_variance, proven_split
-    from specgauge.stattests.core.tail_bounds import z_tail_bound
+    from specgauge.stattests.identity.instance import null_variance, proven_split
+    from specgauge.stattests.identity.tail_bounds import z_tail_bound
 
     p = np.sort(FIXTURES[name].target[k][FIXTURES[name].target[k] > 0])
     split, critical = proven_split(n, p, false_fail_rate=RATE)

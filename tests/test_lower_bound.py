@@ -17,8 +17,8 @@ from scipy import stats
 
 from specgauge.errors import InvalidDistributionError
 from specgauge.fixtures.pairs import FIXTURES, zipf
-from specgauge.stattests.core.identity import min_num_samples_for_identity_test
-from specgauge.stattests.core.lower_bound import min_num_samples_lower_bound, np_type_two
+from specgauge.stattests.identity.instance import min_num_samples_for_identity_test
+from specgauge.stattests.identity.lower_bound import min_num_samples_lower_bound, np_type_two
 
 
 def _real(name: str, k: int) -> np.ndarray:

@@ -265,7 +265,7 @@ def _searched(p: np.ndarray, n: int, tv: float, rng: np.random.Generator, split,
     """The worst of 200 random directions by the margin (E − c) / sd of the middle's Z, with
     its exact mean and variance under each: p reweighted by exp(± σ u), u lognormal, random
     signs, σ in 0.5-4, mixed with p to TV ``tv`` (so always inside the simplex)."""
-    from specgauge.stattests.core.identity import alternative_moments
+    from specgauge.stattests.identity.instance import alternative_moments
 
     order = _sorted_positive(p)
     ps = p[order]
@@ -288,7 +288,7 @@ def _searched(p: np.ndarray, n: int, tv: float, rng: np.random.Generator, split,
 def identity_directions(p: np.ndarray, n: int, tv: float, rng: np.random.Generator,
                         draft: np.ndarray | None = None) -> dict[str, np.ndarray | None]:
     """The directions searched at TV ``tv``, by name (None where the simplex does not allow it)."""
-    from specgauge.stattests.core.identity import split_for
+    from specgauge.stattests.identity.instance import split_for
 
     split, _, critical = split_for(n, p, false_fail_rate=RATE)
     directions = {"valiant-pairs": _valiant(p, split, tv, rng), "into-tail": _tail_move(p, split, tv, True),
@@ -303,7 +303,7 @@ def identity_directions(p: np.ndarray, n: int, tv: float, rng: np.random.Generat
 
 @pytest.mark.parametrize("name, k", IDENTITY_SHAPES)
 def test_identity_guarantee_holds_in_the_hardest_directions(name, k):
-    from specgauge.stattests.core.identity import identity_test
+    from specgauge.stattests.identity.instance import identity_test
 
     f = _PAIRS[name]
     p = f.target[k]
@@ -374,7 +374,7 @@ def test_the_guarantee_holds_with_rows_paired_within_a_call(name, shares, only, 
     and the whole-call count sub-test of independence-rows both pass at most 1e-3 of the time."""
     from specgauge.stattests.chain.checks import _call_block_test, _row_subtests, heavy_band
     from specgauge.stattests.chain.harness import call_step
-    from specgauge.stattests.core.identity import identity_test
+    from specgauge.stattests.identity.instance import identity_test
 
     f = FIXTURES[name]
     k = f.gamma

@@ -16,7 +16,8 @@ from scipy import stats
 
 from specgauge import validate
 from specgauge.stattests.chain import certify as chain_certify
-from specgauge.stattests.core import identity, statistics
+from specgauge.stattests.core import statistics
+from specgauge.stattests.identity import instance as identity
 from specgauge.stattests.core.statistics import DEFAULT_FALSE_FAIL, kolmogorov_critical
 from specgauge.stattests.server import stats as server_stats
 

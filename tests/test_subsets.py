@@ -18,9 +18,9 @@ import pytest
 from scipy import stats
 
 from specgauge.fixtures.pairs import FIXTURES
-from specgauge.stattests.core.identity import identity_test, min_num_samples_for_identity_test
-from specgauge.stattests.core.lower_bound import min_num_samples_lower_bound
-from specgauge.stattests.core.subsets import _fine_masses, subset_statistic, subset_test_plan
+from specgauge.stattests.identity.instance import identity_test, min_num_samples_for_identity_test
+from specgauge.stattests.identity.lower_bound import min_num_samples_lower_bound
+from specgauge.stattests.identity.subsets import _fine_masses, subset_statistic, subset_test_plan
 
 META_RATE = 1e-6
 SEED_SIX = np.sort(FIXTURES["seed-six-token"].target[0])

@@ -24,13 +24,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from specgauge.stattests.core.lower_bound import min_num_samples_lower_bound
-from specgauge.stattests.core.tail_bounds import positive_part_bound
+from specgauge.stattests.identity.lower_bound import min_num_samples_lower_bound
+from specgauge.stattests.identity.tail_bounds import positive_part_bound
 
 from specgauge.fixtures.pairs import zipf
-from specgauge.stattests.core.identity import (identity_test, min_discrepancy_of_identity_test,
+from specgauge.stattests.identity.instance import (identity_test, min_discrepancy_of_identity_test,
                                                min_num_samples_for_identity_test)
-from specgauge.stattests.core.subsets import GRID_BITS, _fine_masses, subset_test_plan
+from specgauge.stattests.identity.subsets import GRID_BITS, _fine_masses, subset_test_plan
 
 META_RATE = 1e-6
 BETA = 1e-3

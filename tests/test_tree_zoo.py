@@ -50,7 +50,7 @@ def test_tree_mutant_fails_the_end_to_end_joint_law(name, seed):
     from specgauge.fixtures.toy_lm import load_toy_lm
     from specgauge.fixtures.trees import TREE_FIXTURES
     from specgauge.stattests.chain.sequences import sequence_counts, sequence_distribution
-    from specgauge.stattests.core.identity import identity_test
+    from specgauge.stattests.identity.instance import identity_test
     from specgauge.stattests.tree.generate import speculative_tree_generate
 
     pair = load_toy_lm("bigram-v5-sparse")

@@ -25,7 +25,7 @@ from specgauge.stattests.core.certificate import (  # noqa: F401  (re-exported: 
     record, verdict)
 from specgauge.stattests.core.contract import Decoder, decoder_name, load_decoder
 from specgauge.stattests.chain.harness import FixtureRun, RunConfig, emission_probability, rows_for, run_fixture
-from specgauge.stattests.core.identity import min_num_samples_for_identity_test
+from specgauge.stattests.identity.instance import min_num_samples_for_identity_test
 from specgauge.stattests.chain.sequences import SEQUENCE_CASES, SequenceCase, SequenceRun, run_sequence_case, sequence_sample_size
 from specgauge.stattests.core.statistics import (TestResult, itemwise_error_rate, min_num_samples_for_goodness_of_fit,
                          min_num_samples_for_ks_uniformity)

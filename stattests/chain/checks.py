@@ -21,7 +21,7 @@ from specgauge.stattests.core.certificate import Rates, failure  # noqa: F401  (
 from specgauge.stattests.core.contract import PAD
 from specgauge.stattests.chain.harness import FixtureRun
 from specgauge.stattests.chain.sequences import SequenceRun, sequence_counts
-from specgauge.stattests.core.identity import identity_test
+from specgauge.stattests.identity.instance import identity_test
 from specgauge.stattests.core.statistics import (MIN_EXPECTED, TestResult, acceptance_rate_test, combine_bonferroni, goodness_of_fit,
                          independence_test, ks_uniformity, tail_collision_test, tokens_per_pass_mean_test,
                          tokens_per_pass_test)
@@ -92,7 +92,7 @@ def _emissions_for(target: float, p: np.ndarray, n: int, stated: float, rates: R
     """Emissions at which the identity figure reaches ``target``, from the n it has: the
     figure falls about as 1/√n, so n (figure / target)², corrected by the planning figure
     there until within 10 % (at most four evaluations: a certificate line, not a search)."""
-    from specgauge.stattests.core.identity import min_discrepancy_of_identity_test
+    from specgauge.stattests.identity.instance import min_discrepancy_of_identity_test
 
     m, figure = max(n, 2), stated if math.isfinite(stated) else 4.0
     for _ in range(4):
@@ -429,7 +429,7 @@ def hidden_tv(n: int, p: np.ndarray, phi: float, rates: Rates, seed: int) -> flo
     middle's Z by (1 − φ) Σ_M w q(1 − q) on average, which offsets n(n − 1) D of bias, so
     D ≤ (1 − φ) Σ_M w p(1 − p) / (n − 1), TV ≤ ½ √(D Σ_M 1/w) (Cauchy–Schwarz, as the
     guarantee's own step)."""
-    from specgauge.stattests.core.identity import proven_split
+    from specgauge.stattests.identity.instance import proven_split
 
     if n < 2 or np.count_nonzero(p) < 2 or not phi < 1:
         return 0.0

@@ -548,7 +548,7 @@ def sized_plan(config, fixtures: Sequence[str] | None = None, checks: Sequence[s
 @dataclass(frozen=True)
 class RowsLowerBound:
     """The rows at which a fixture's expected draws reach, at every emitted position, the
-    draws no identity test can do without (:mod:`specgauge.stattests.core.lower_bound`)."""
+    draws no identity test can do without (:mod:`specgauge.stattests.identity.lower_bound`)."""
 
     rows: int
     position: int  # the position that sets it
@@ -575,7 +575,7 @@ def guarantee_lower_bound(fixture: PairFixture, tv: float, false_fail: float, fa
     """The largest, over emitted positions, of the lower bound on draws there over the chance
     that the position is emitted: rows below it leave some position short of what any test needs."""
     from specgauge.stattests.chain.harness import emission_probability
-    from specgauge.stattests.core.lower_bound import min_num_samples_lower_bound
+    from specgauge.stattests.identity.lower_bound import min_num_samples_lower_bound
 
     best = RowsLowerBound(0, 0, 0, "one move")
     for k, (p, r) in enumerate(zip(fixture.target, emission_probability(fixture))):

@@ -30,7 +30,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from specgauge.progress import _duration
-from specgauge.stattests.core.identity import min_num_samples_for_identity_test
+from specgauge.stattests.identity.instance import min_num_samples_for_identity_test
 from specgauge.stattests.server.probe import ServerError
 from specgauge.stattests.server.worstcase import lump
 

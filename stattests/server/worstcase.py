@@ -2,7 +2,7 @@
 
 A context is a prompt and the tokens emitted before a position. Every context that at least
 ``MIN_CONTEXT_DRAWS`` draws reached gets the instance-optimal identity test of
-:mod:`specgauge.stattests.core.identity` against its known law (a local reference model's, or
+:mod:`specgauge.stattests.identity.instance` against its known law (a local reference model's, or
 the server's own top-k logprobs with the rest of the vocabulary as one cell), and states the
 worst-case TV that test detects against every alternative. The family-wise false-fail rate
 is shared out evenly over the rows; the set of contexts depends on the prefixes drawn, but
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specgauge.stattests.core.identity import identity_test, min_discrepancy_of_identity_test
+from specgauge.stattests.identity.instance import identity_test, min_discrepancy_of_identity_test
 from specgauge.stattests.core.statistics import TestResult
 
 #: A context reached fewer times than this gets no row of its own: its mass counts as untested.

@@ -19,7 +19,7 @@ from specgauge.fixtures.trees import TREE_FIXTURES
 from specgauge.laws import full_tree_parents, tree_depths, validate_parents
 
 from specgauge.stattests.core.contract import PAD
-from specgauge.stattests.core.identity import identity_test
+from specgauge.stattests.identity.instance import identity_test
 from specgauge.stattests.core.lm import GenerationResult, NextTokenModel, sequence_counts, sequence_distribution
 from specgauge.stattests.core.statistics import TestResult, goodness_of_fit, min_num_samples_for_goodness_of_fit
 from specgauge.stattests.core.tree_contract import TreeDecoder, check_tree_emitted, children_table

@@ -31,7 +31,7 @@ Two figures come from that bound:
   (E − z_β sd ≥ c): an estimate, checked by simulation in the hardest directions
   (tests/test_power.py).
 
-On at most 50 tokens (:mod:`specgauge.stattests.core.subsets`) the empirical TV against
+On at most 50 tokens (:mod:`specgauge.stattests.identity.subsets`) the empirical TV against
 every subset's exact binomial law runs beside it, each test at half the rate: the figure
 is the smaller proven one, the p-value twice the smaller. On wider laws it does so where its
 figure is smaller than the others' at the whole rate; its null tail is then the smaller of
@@ -43,7 +43,7 @@ tail T as two groups) and Z on M, each at half the rate; its figure is the scan'
 p(T), since any q's TV is its coarse TV plus at most ½ Σ_M |δ| + p(T).
 
 The critical value of Z and its p-value come from a proven bound on Z's null upper tail
-(:mod:`specgauge.stattests.core.tail_bounds`: exact binomial truncation, Poissonization,
+(:mod:`specgauge.stattests.identity.tail_bounds`: exact binomial truncation, Poissonization,
 Chernoff), so the false-fail rate is proven. :func:`null_law` still simulates the null
 (a Pearson III law with the simulated skewness): an estimate, for reading and for checking
 the bound against. No asymptotic χ² is involved.
@@ -60,8 +60,8 @@ import numpy as np
 from scipy import optimize, special, stats
 
 from specgauge.errors import InvalidDistributionError
-from specgauge.stattests.core.subsets import ALWAYS_TOKENS, SubsetTest, subset_statistic, subset_test_plan
-from specgauge.stattests.core.tail_bounds import ZTailBound, _window, z_tail_bound
+from specgauge.stattests.identity.subsets import ALWAYS_TOKENS, SubsetTest, subset_statistic, subset_test_plan
+from specgauge.stattests.identity.tail_bounds import ZTailBound, _window, z_tail_bound
 from specgauge.stattests.core.statistics import (DEFAULT_FALSE_FAIL, DEFAULT_FALSE_PASS, TestResult,
                                                  _occurrence_min_tv, _validate_rates, pearson3_isf, validate_probs)
 

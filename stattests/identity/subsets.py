@@ -49,7 +49,7 @@ from functools import lru_cache
 import numpy as np
 from scipy import special
 
-from specgauge.stattests.core.tail_bounds import PositivePartBound, positive_part_bound
+from specgauge.stattests.identity.tail_bounds import PositivePartBound, positive_part_bound
 
 #: The test applies up to this many tokens in p's support (2^V sets: float counts stay finite).
 MAX_TOKENS = 1000

@@ -192,7 +192,7 @@ def min_num_samples_lower_bound(tv: float, probs: np.ndarray, *, false_fail_rate
     """The draws below which no identity test against ``probs`` reaches these rates at ``tv``.
 
     O(log(1/false_fail_rate) / tv²) on every p with a subset of mass near one half, about
-    (z_a + z_β)² π(1 − π) / tv². Compare :func:`specgauge.stattests.core.identity.min_num_samples_for_identity_test`.
+    (z_a + z_β)² π(1 − π) / tv². Compare :func:`specgauge.stattests.identity.instance.min_num_samples_for_identity_test`.
 
     Examples
     --------
