@@ -128,17 +128,17 @@ def _probe(path: Path, tok: Tokenize) -> list[Request]:
 
 def read_requests(path: str | Path, tokenizer_path: str | None) -> list[Request]:
     """The requests of a prompt file (see the module docstring); every error is one line."""
-    from specgauge import validate
+    from specgauge import inputs
 
     path = Path(path)
-    raw = validate.read_input_bytes(path, "prompts")  # a regular file of a sane size: else one line, exit 2
+    raw = inputs.read_input_bytes(path, "prompts")  # a regular file of a sane size: else one line, exit 2
     tok = Tokenize(tokenizer_path)
     first = raw.split(b"\n", 1)[0]
     if b"specgauge-probe/" in first:
         return _probe(path, tok)
-    text = validate.decode_utf8(raw, validate.where(path))
+    text = inputs.decode_utf8(raw, inputs.where(path))
     if path.suffix.lower() == ".json":
-        data = validate.loads_json(text, validate.where(path))
+        data = inputs.loads_json(text, inputs.where(path))
         if not isinstance(data, list) or not data:
             raise MeasurementInputError(f"{path}: a ShareGPT-style file is a non-empty JSON list")
         return [Request(_item(item, tok, f"{path}[{i}]"), origin=f"{path.name}[{i}]") for i, item in enumerate(data)]

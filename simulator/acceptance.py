@@ -337,9 +337,9 @@ class TraceAcceptance(_AcceptanceBase):
         """Read per-round accepted counts from column ``column`` of a CSV file."""
         import io
 
-        from specgauge import validate
+        from specgauge import inputs
 
-        text = validate.read_input_text(path, "acceptance trace")  # a regular file of a sane size, UTF-8: else one line, exit 2
+        text = inputs.read_input_text(path, "acceptance trace")  # a regular file of a sane size, UTF-8: else one line, exit 2
         try:
             rows = list(csv.DictReader(io.StringIO(text, newline="")))
         except csv.Error as exc:

@@ -27,7 +27,7 @@ from specgauge.errors import ConfigError, InputFileError
 GIB = float(2 ** 30)
 #: The default knee of a pass (``cost.blend``): 1 adds weight streaming and GEMM time (the
 #: published fits' form), infinity is the roofline's max. Chosen on held-out published
-#: curves (benchmarks/validate.py --knee-study), not per row.
+#: curves (benchmarks/inputs.py --knee-study), not per row.
 KNEE = 1.5
 
 
@@ -446,10 +446,10 @@ def check_profile_tables(data: object, source: str) -> dict[str, dict[str, dict[
 
 
 def _read_table_file(path: str | Path) -> dict[str, Any]:
-    from specgauge import validate
+    from specgauge import inputs
 
     path = Path(path)
-    text = validate.read_input_text(path, "profiles file")  # a regular file of a sane size, UTF-8: else one line, exit 2
+    text = inputs.read_input_text(path, "profiles file")  # a regular file of a sane size, UTF-8: else one line, exit 2
     try:
         data = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
     except RecursionError:

@@ -49,9 +49,9 @@ class ReplayAcceptance(_AcceptanceBase):
     @classmethod
     def from_jsonl(cls, path: str | Path, method: str = "eagle") -> "ReplayAcceptance":
         """Read a JSONL trace; ``method`` picks ``acc_<method>`` in SpecDecode-Bench's layout."""
-        from specgauge import validate
+        from specgauge import inputs
 
-        lines = validate.read_input_text(path, "acceptance trace").splitlines()  # a regular file of a sane size, UTF-8
+        lines = inputs.read_input_text(path, "acceptance trace").splitlines()  # a regular file of a sane size, UTF-8
         traces, positional = [], None
         for number, line in enumerate(lines, 1):
             if not line.strip():
@@ -59,7 +59,7 @@ class ReplayAcceptance(_AcceptanceBase):
             try:
                 record = json.loads(line)
             except (ValueError, RecursionError) as exc:
-                raise InputFileError(f"{path}:{number}: not JSON: {validate.one_line(exc)}") from None
+                raise InputFileError(f"{path}:{number}: not JSON: {inputs.one_line(exc)}") from None
             counts, kind = _counts(record, method, f"{path}:{number}")
             if positional is not None and kind != positional:
                 raise ConfigError(f"{path}:{number}: mixes per-position and per-step traces")

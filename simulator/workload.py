@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specgauge import validate
+from specgauge import inputs
 
 from specgauge.errors import ConfigError, InputFileError
 
@@ -87,7 +87,7 @@ def read_trace(path: str | Path) -> dict[str, np.ndarray]:
     """A CSV with ``arrival_s`` (or ``timestamp``) and optionally ``prompt_len``/``output_len``."""
     import io
 
-    text = validate.read_input_text(path, "workload trace")  # a regular file of a sane size, UTF-8: else one line, exit 2
+    text = inputs.read_input_text(path, "workload trace")  # a regular file of a sane size, UTF-8: else one line, exit 2
     try:
         rows = list(csv.DictReader(io.StringIO(text, newline="")))
     except csv.Error as exc:
@@ -100,12 +100,12 @@ def read_trace(path: str | Path) -> dict[str, np.ndarray]:
         raise ConfigError(f"workload trace {str(path)!r} needs a column arrival_s (or timestamp); has {', '.join(columns) or 'no header'}")
     out: dict[str, np.ndarray] = {}
     # every cell checked where it stands: file, line and column named in one line (line 1 is the header)
-    out["arrival"] = np.array([validate.parse(r[time_col], validate.non_negative, validate.where(path, line, time_col))
+    out["arrival"] = np.array([inputs.parse(r[time_col], inputs.non_negative, inputs.where(path, line, time_col))
                                for line, r in enumerate(rows, start=2)], dtype=float)
     for key, names in (("prompt", ("prompt_len", "input_len")), ("output", ("output_len",))):
         col = next((c for c in names if c in columns), None)
         if col is not None:
-            out[key] = np.array([validate.parse(r[col], validate.positive_int, validate.where(path, line, col))
+            out[key] = np.array([inputs.parse(r[col], inputs.positive_int, inputs.where(path, line, col))
                                  for line, r in enumerate(rows, start=2)], dtype=np.int64)
     return out
 

@@ -141,7 +141,7 @@ def output_file_problem(target: Path) -> str | None:
     """Why an existing ``target`` cannot be replaced by a report (not a regular file), or None."""
     import stat
 
-    from specgauge.validate import file_kind
+    from specgauge.inputs import file_kind
 
     try:
         mode = os.stat(target).st_mode

@@ -26,12 +26,12 @@ BASELINE_ENV = "SPECGAUGE_BASELINE_URL"
 
 
 def _kind(name: str):
-    """argparse type: ``specgauge.validate.<name>``, imported only when the option is given
+    """argparse type: ``specgauge.inputs.<name>``, imported only when the option is given
     (the plugin loads nothing of specgauge into a run that does not use it)."""
     def parse(text: str):
-        from specgauge import validate
+        from specgauge import inputs
 
-        return getattr(validate, name)(text)
+        return getattr(inputs, name)(text)
 
     parse.__name__ = name
     return parse

@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specgauge.reports.cli import INTERNAL_ERROR, SUBCOMMANDS, main
-from specgauge.validate import parser_errors_in_one_line
+from specgauge.inputs import parser_errors_in_one_line
 
 #: ``pytest --hypothesis-profile slow`` (registered in tests/conftest.py) runs ten times the examples
 SCALE = 10 if settings.get_current_profile_name() == "slow" else 1
@@ -424,7 +424,7 @@ def time_limit(seconds: float):
 def _not_regular(kind: str, path: Path) -> str:
     """Make ``path`` a FIFO, a link to /dev/zero, a folder or a (sparse) file one byte over the
     size limit; returns the words the refusal must hold."""
-    from specgauge.validate import MAX_INPUT_BYTES
+    from specgauge.inputs import MAX_INPUT_BYTES
 
     if kind == "fifo":
         os.mkfifo(path)

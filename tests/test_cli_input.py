@@ -96,7 +96,7 @@ def test_a_single_valued_option_given_twice_is_refused(argv, words, tmp_path, ca
     assert words in err and "\n" not in err
     assert list(tmp_path.iterdir()) == []
     # options made to repeat stay repeatable, and a value after -- is not an option
-    from specgauge.validate import repeated_option
+    from specgauge.inputs import repeated_option
     from specgauge.reports.cli import calibrate
 
     assert repeated_option(calibrate.build_parser(), ["--serve", "a.json", "--serve", "b.json"]) is None

@@ -1,4 +1,4 @@
-"""The validation layer: each case a user met, refused in one line with the right exit status, or told honestly."""
+"""The input checks: each case a user met, refused in one line with the right exit status, or told honestly."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specgauge import validate
+from specgauge import inputs
 from specgauge.errors import InputFileError
 from specgauge.reports.cli import main
 
@@ -46,16 +46,16 @@ def test_the_smallest_false_fail_rate_accepted_still_sizes_every_assertion():
     from specgauge.stattests.chain.certify import CertConfig, plan_size
     from specgauge.stattests.core.statistics import min_num_samples_for_ks_uniformity
 
-    rate = CertConfig(false_fail=validate.MIN_FALSE_FAIL, assertions=plan_size(True)).per_assertion
+    rate = CertConfig(false_fail=inputs.MIN_FALSE_FAIL, assertions=plan_size(True)).per_assertion
     assert min_num_samples_for_ks_uniformity(0.05, false_fail_rate=rate, false_pass_rate=1e-3) > 0
-    assert validate.false_fail("1e-12") == 1e-12
+    assert inputs.false_fail("1e-12") == 1e-12
 
 
 def test_kinds_accept_what_they_promise_and_name_what_they_refuse():
-    assert validate.non_negative_int("1e12") == 10**12 and validate.seed("1_000") == 1000
-    assert validate.CommaList(validate.fraction)("0, 0.5,1") == [0.0, 0.5, 1.0]
-    for kind, text in ((validate.seed, "-1"), (validate.probability, "1"), (validate.finite, "inf"),
-                       (validate.positive_int, "1e400"), (validate.CommaList(validate.positive_int), "1,1")):
+    assert inputs.non_negative_int("1e12") == 10**12 and inputs.seed("1_000") == 1000
+    assert inputs.CommaList(inputs.fraction)("0, 0.5,1") == [0.0, 0.5, 1.0]
+    for kind, text in ((inputs.seed, "-1"), (inputs.probability, "1"), (inputs.finite, "inf"),
+                       (inputs.positive_int, "1e400"), (inputs.CommaList(inputs.positive_int), "1,1")):
         with pytest.raises(Exception) as exc:
             kind(text)
         assert type(exc.value).__name__ == "ArgumentTypeError" and "\n" not in str(exc.value)
@@ -65,12 +65,12 @@ def test_file_schema_errors_name_file_line_and_field(tmp_path):
     path = tmp_path / "t.json"
     path.write_text('{"gpus": {\n  "g": 5,\n}}')
     with pytest.raises(InputFileError, match=r"t.json, line 3: not valid JSON"):
-        validate.read_json(path)
-    place = validate.where(path).at("gpus").at("g")
+        inputs.read_json(path)
+    place = inputs.where(path).at("gpus").at("g")
     with pytest.raises(InputFileError, match=r"field 'gpus.g': expected a table of fields, got int 5"):
-        validate.table(5, place)
+        inputs.table(5, place)
     with pytest.raises(InputFileError, match=r"line 4, field 'ms': expected a number > 0, got 'fast'"):
-        validate.parse("fast", validate.positive, validate.where(path, 4, "ms"))
+        inputs.parse("fast", inputs.positive, inputs.where(path, 4, "ms"))
     assert InputFileError("x").exit_code == 2
 
 

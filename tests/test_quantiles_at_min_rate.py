@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from specgauge import validate
+from specgauge import inputs
 from specgauge.stattests.chain import certify as chain_certify
 from specgauge.stattests.core import statistics
 from specgauge.stattests.identity import instance as identity
@@ -24,7 +24,7 @@ from specgauge.stattests.server import stats as server_stats
 
 def smallest_per_assertion_rate() -> float:
     """The CLI's floor, split over the largest plan it can run (the slow tier's)."""
-    return chain_certify.CertConfig(false_fail=validate.MIN_FALSE_FAIL,
+    return chain_certify.CertConfig(false_fail=inputs.MIN_FALSE_FAIL,
                                     assertions=chain_certify.plan_size(True)).per_assertion
 
 
@@ -102,7 +102,7 @@ _SIZED_FAST = {"seed-six-token", "batch1-g5", "heterogeneous", "zipf-32k-tv0.2",
                                   for n in chain_certify.ALL_FIXTURES])
 def test_every_fixture_is_sized_at_the_smallest_rate(name):
     """Every fixture of every tier, chains and whole sequences: rows at the CLI's floor."""
-    config = chain_certify.CertConfig(false_fail=validate.MIN_FALSE_FAIL, assertions=chain_certify.plan_size(True))
+    config = chain_certify.CertConfig(false_fail=inputs.MIN_FALSE_FAIL, assertions=chain_certify.plan_size(True))
     default = chain_certify.CertConfig(assertions=chain_certify.plan_size(True))
     fixture = chain_certify.ALL_FIXTURES[name]
     size = config.rows(fixture) if hasattr(fixture, "target") else config.sequences(fixture)

@@ -14,7 +14,7 @@ import signal
 import sys
 
 from specgauge.errors import SpecgaugeError
-from specgauge.validate import one_line, parser_errors_in_one_line
+from specgauge.inputs import one_line, parser_errors_in_one_line
 
 #: exit status of an error specgauge did not anticipate (a bug): sysexits' EX_SOFTWARE
 INTERNAL_ERROR = 70

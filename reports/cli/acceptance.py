@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from specgauge.csvio import resolve_csv_target, write_bytes_atomic, write_csv_atomic
-from specgauge import validate
+from specgauge import inputs
 from specgauge.errors import SpecgaugeError
 
 from specgauge.measurement.models import HFLaw, Loader, MeasurementInputError, Sampling, load_model, split_label
@@ -41,7 +41,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 #: γ values and batch sizes: positive integers, none twice (as every other command's lists)
-_INTS = validate.CommaList(validate.positive_int)
+_INTS = inputs.CommaList(inputs.positive_int)
 #: torch devices an HF model can be put on
 DEVICES = ("cpu", "cuda", "mps", "xpu")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -66,18 +66,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompts", help="JSONL (strings, token-id lists, prompt/messages/conversations objects), "
                    "ShareGPT-style .json, or a specgauge probe file (its continuations are reused); "
                    "default for a toy target: its pair's prompt")
-    p.add_argument("--samples", type=validate.positive_int, default=1, help="continuations per prompt (default 1)")
-    p.add_argument("--max-new-tokens", type=validate.positive_int, default=64, help="continuation length sampled from the target")
+    p.add_argument("--samples", type=inputs.positive_int, default=1, help="continuations per prompt (default 1)")
+    p.add_argument("--max-new-tokens", type=inputs.positive_int, default=64, help="continuation length sampled from the target")
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--top-k", type=validate.positive_int, default=None)
-    p.add_argument("--seed", type=validate.seed, default=0, help="root seed (continuations, traces, bootstrap, --run)")
+    p.add_argument("--top-k", type=inputs.positive_int, default=None)
+    p.add_argument("--seed", type=inputs.seed, default=0, help="root seed (continuations, traces, bootstrap, --run)")
     p.add_argument("--gamma", type=_INTS, default=_INTS.parse(DEFAULT_GAMMAS), help=f"γ values of the summary (default {DEFAULT_GAMMAS})")
-    p.add_argument("--candidates", type=validate.positive_int, default=4, help="ranked candidates per position (n-gram, top-k tree)")
+    p.add_argument("--candidates", type=inputs.positive_int, default=4, help="ranked candidates per position (n-gram, top-k tree)")
     p.add_argument("--device", type=_device, default="cpu", help="torch device of HF models (cpu, cuda[:N], ...)")
     p.add_argument("--dtype", choices=DTYPES, default="float32", help="torch dtype of HF models")
-    p.add_argument("--batch-size", type=validate.positive_int, default=8, help="requests per forward pass")
-    p.add_argument("--threads", type=validate.positive_int, default=None, help="torch CPU threads (default: torch's; 1 is fastest "
+    p.add_argument("--batch-size", type=inputs.positive_int, default=8, help="requests per forward pass")
+    p.add_argument("--threads", type=inputs.positive_int, default=None, help="torch CPU threads (default: torch's; 1 is fastest "
                    "for tiny models on shared cores)")
     p.add_argument("--csv", default=None, metavar="PATH", help="summary CSV (default specgauge-out/acceptance.csv)")
     p.add_argument("--plot", action=argparse.BooleanOptionalAction, default=None,
@@ -93,9 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="a measured draft's simulator draft: a model profile, eagle, mtp or ngram (repeatable)")
     plan.add_argument("--plan-gpu", default="h200")
     plan.add_argument("--plan-batch-size", type=_INTS, default=_INTS.parse("1,8,32,128"))
-    plan.add_argument("--plan-requests", type=validate.positive_int, default=200)
-    plan.add_argument("--plan-prompt-len", type=validate.positive_int, default=512)
-    plan.add_argument("--plan-output-len", type=validate.positive_int, default=256)
+    plan.add_argument("--plan-requests", type=inputs.positive_int, default=200)
+    plan.add_argument("--plan-prompt-len", type=inputs.positive_int, default=512)
+    plan.add_argument("--plan-output-len", type=inputs.positive_int, default=256)
     return p
 
 

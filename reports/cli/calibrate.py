@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import nnls
 
-from specgauge import validate
+from specgauge import inputs
 from specgauge.csvio import check_writable, write_bytes_atomic, write_csv_atomic
 from specgauge.errors import ConfigError, as_usage_error
 from specgauge.simulator.cost import PassCost
@@ -62,7 +62,7 @@ STEP_COLUMNS = ("batched_tokens", "kv_tokens", "ms")
 
 def check_steps_frame(path: Path) -> pd.DataFrame:
     """A timed-steps CSV: columns batched_tokens, kv_tokens, ms (numbers), batch and model optional; at least a row."""
-    text = validate.read_input_text(path)  # a regular file of a sane size, UTF-8: else one line, exit 2
+    text = inputs.read_input_text(path)  # a regular file of a sane size, UTF-8: else one line, exit 2
     try:
         frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
     except pd.errors.EmptyDataError:
@@ -93,8 +93,8 @@ def check_accepted_length(data: dict[str, Any], path: Path) -> float:
     """A speculative run's accepted length: tokens a verification step emits, the bonus token
     included, so at least 1 (below it the round's cost beyond verification turns negative)."""
     key = accepted_length_key(data) or ACCEPTED_LENGTH_KEYS[0]
-    place = validate.where(path, validate.json_key_line(validate.read_input_text(path), key), key)
-    return validate.check(data[key], validate.Real(low=1.0, noun="an accepted length (tokens a verification "
+    place = inputs.where(path, inputs.json_key_line(inputs.read_input_text(path), key), key)
+    return inputs.check(data[key], inputs.Real(low=1.0, noun="an accepted length (tokens a verification "
                                                                   "step emits, the bonus token included)"), place)
 
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 from dataclasses import replace
 
-from specgauge import validate
+from specgauge import inputs
 from specgauge.stattests.chain.certify import (ALL_FIXTURES, DEFAULT_FALSE_FAIL, CertConfig, certify, decoder_config,
                                               plan, plan_size)
 from specgauge.stattests.core.certificate import fold
@@ -32,34 +32,34 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--decoder", default=None,
                         help="short name (numpy, torch, hf, vllm, sglang, ...) or MODULE:NAME; "
                              "default $SPECGAUGE_DECODER, else numpy")
-    parser.add_argument("--tv", type=validate.certified_tv, default=None,
+    parser.add_argument("--tv", type=inputs.certified_tv, default=None,
                         help="TV that must be detectable on every fixture (default 0.005, or the coarser TVs a slow "
                              "decoder declares, per fixture)")
-    parser.add_argument("--false-fail", type=validate.false_fail, default=DEFAULT_FALSE_FAIL,
+    parser.add_argument("--false-fail", type=inputs.false_fail, default=DEFAULT_FALSE_FAIL,
                         help="family-wise false-fail rate: the chance that an exact decoder fails any assertion; "
                              f"each assertion gets its Bonferroni share (default {DEFAULT_FALSE_FAIL:g}; at least "
-                             f"{validate.MIN_FALSE_FAIL:g})")
-    parser.add_argument("--timeout", type=validate.seconds, default=None, metavar="SECONDS",
+                             f"{inputs.MIN_FALSE_FAIL:g})")
+    parser.add_argument("--timeout", type=inputs.seconds, default=None, metavar="SECONDS",
                         help="seconds each decoder call may take; a call past it fails the contract check, "
                              "naming the call (default: no limit)")
     parser.add_argument("--slow", action="store_true",
                         help="add the slow tier (production vocabularies streamed over many calls)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    parser.add_argument("--seed", type=validate.seed, default=0, help="root seed (default 0)")
+    parser.add_argument("--seed", type=inputs.seed, default=0, help="root seed (default 0)")
     parser.add_argument("--check", action="append", choices=list(CHECKS), help="only these checks (repeatable)")
     parser.add_argument("--fixture", action="append", choices=list(ALL_FIXTURES), help="only these fixtures (repeatable)")
-    parser.add_argument("--csv", type=validate.OutputPath((".csv",)), default=None, metavar="PATH",
+    parser.add_argument("--csv", type=inputs.OutputPath((".csv",)), default=None, metavar="PATH",
                         help="certificate path (default specgauge-out/certificate.csv); a .meta.json sidecar goes beside it")
     sized = parser.add_argument_group("sized and sharded runs")
-    sized.add_argument("--guarantee", type=validate.certified_tv, default=None, metavar="TV",
+    sized.add_argument("--guarantee", type=inputs.certified_tv, default=None, metavar="TV",
                        help="size each fixture's rows for this worst-case TV at its rarest emitted position "
                             "(the identity test's guarantee), and the directional checks for it unless --tv is "
                             "given; the time and bytes are estimated first, and a run this machine cannot hold, "
                             "or above --max-cpu-hours, is refused")
-    sized.add_argument("--max-cpu-hours", type=validate.positive,
+    sized.add_argument("--max-cpu-hours", type=inputs.positive,
                        default=DEFAULT_MAX_CPU_HOURS, metavar="H",
                        help=f"refuse a sized run estimated above H CPU-hours (default {DEFAULT_MAX_CPU_HOURS:g})")
-    sized.add_argument("--shards", type=validate.positive_int, default=None, metavar="N",
+    sized.add_argument("--shards", type=inputs.positive_int, default=None, metavar="N",
                        help="split each fixture's rows into N shards, each seeded from --seed and its index; "
                             "finished shards are kept beside the CSV until it is written, so a rerun resumes; "
                             "the certificate depends on N, never on where the shards ran (default with "

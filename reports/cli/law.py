@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from specgauge import validate
+from specgauge import inputs
 from specgauge.csvio import CsvTarget, resolve_csv_target, write_csv_atomic
 from specgauge.stattests.core.contract import ContractViolation, check_emitted, emitted_lengths, load_decoder
 from specgauge.errors import SpecgaugeError
@@ -37,8 +37,8 @@ class LawInputError(SpecgaugeError):
     """An option of ``specgauge law`` is out of range."""
 
 
-int_list = validate.CommaList(validate.positive_int)
-float_list = validate.CommaList(validate.fraction)
+int_list = inputs.CommaList(inputs.positive_int)
+float_list = inputs.CommaList(inputs.fraction)
 
 #: Rounds per decoder call, so memory stays O(chunk·γ·V) however many rounds are asked.
 _CHUNK = 50_000
@@ -182,11 +182,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--alpha", type=float_list, default=[round(a, 2) for a in np.arange(0.0, 1.0, 0.05)] + [0.99],
         help="comma-separated α values in [0, 1]",
     )
-    parser.add_argument("--cost-ratio", type=validate.non_negative, default=0.05, help="draft step cost c, in target passes")
-    parser.add_argument("--rounds", type=validate.non_negative_int, default=4000, help="Monte Carlo rounds per point (0: closed form only)")
+    parser.add_argument("--cost-ratio", type=inputs.non_negative, default=0.05, help="draft step cost c, in target passes")
+    parser.add_argument("--rounds", type=inputs.non_negative_int, default=4000, help="Monte Carlo rounds per point (0: closed form only)")
     parser.add_argument("--decoder", default="numpy", help="decoder for the Monte Carlo check (short name or MODULE:NAME)")
-    parser.add_argument("--seed", type=validate.seed, default=0, help="root seed of the Monte Carlo draws")
-    parser.add_argument("--csv", type=validate.OutputPath((".csv",)), default=None, help="output CSV (default specgauge-out/law.csv)")
+    parser.add_argument("--seed", type=inputs.seed, default=0, help="root seed of the Monte Carlo draws")
+    parser.add_argument("--csv", type=inputs.OutputPath((".csv",)), default=None, help="output CSV (default specgauge-out/law.csv)")
     parser.add_argument("--plot", action="store_true", help="also write tokens-per-pass and speed-up PNGs beside the CSV")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.add_argument("--example", action="store_true",

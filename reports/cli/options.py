@@ -18,7 +18,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from specgauge import validate
+from specgauge import inputs
 from specgauge.errors import ConfigError, SpecgaugeError, UsageError, as_usage_error
 from specgauge.simulator import SimulationConfig
 from specgauge.simulator.acceptance import AcceptanceModel
@@ -54,9 +54,9 @@ def _parser_for(hint: Any) -> Callable[[str], Any]:
         cast = _parser_for(inner)
         return lambda text: None if text.strip().lower() in _NONE_WORDS else cast(text)
     if hint is int:
-        return validate.Integer()  # the range is SimulationConfig's to check, with the field's name
+        return inputs.Integer()  # the range is SimulationConfig's to check, with the field's name
     if hint is float:
-        return validate.finite
+        return inputs.finite
     if hint is str:
         return str
     raise TypeError(f"no command-line parser for {hint!r}; give the field metadata parse=...")

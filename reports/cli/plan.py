@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from specgauge.csvio import CsvTarget, resolve_csv_target, write_csv_atomic
-from specgauge import validate
+from specgauge import inputs
 from specgauge.errors import UsageError
 from specgauge.reports.planning.decisions import decide, recommendation, summary_table
 from specgauge.reports.planning.measured_rates import AcceptanceSpec, parse_acceptance
@@ -69,16 +69,16 @@ def build_parser() -> argparse.ArgumentParser:
                        "whose run is stable and meets every --slo bound, found by bisection (not a --qps grid), then "
                        "the replicas × GPUs each needs, cheapest first, with and without speculation (γ 0 is added); "
                        "batch cap 256 and 1000 requests unless given")
-    group.add_argument("--gpus-per-node", type=validate.Integer(minimum=1, noun="GPUs a node: an integer"),
+    group.add_argument("--gpus-per-node", type=inputs.Integer(minimum=1, noun="GPUs a node: an integer"),
                        default=None, metavar="N",
                        help="with --rate: round the GPUs up to whole nodes of N (default: 8 for the shipped "
                        "datacenter parts, 1 for any other GPU); the comparison with and without speculation is made "
                        "on the rounded counts")
-    group.add_argument("--headroom", type=validate.Real(low=0.0, high=10.0, noun="a fraction of the rate"),
+    group.add_argument("--headroom", type=inputs.Real(low=0.0, high=10.0, noun="a fraction of the rate"),
                        default=None, metavar="FRACTION",
                        help="with --rate: size for the rate x (1 + FRACTION), the margin for failures and for peaks "
                        "above the average rate (default 0)")
-    group.add_argument("--spare-replicas", type=validate.Integer(minimum=0, noun="spare replicas: an integer"),
+    group.add_argument("--spare-replicas", type=inputs.Integer(minimum=0, noun="spare replicas: an integer"),
                        default=None, metavar="K", help="with --rate: K replicas beyond those the rate needs (N+K; "
                        "default 0)")
     group.add_argument("--validation", default=None, metavar="CSV",
@@ -310,7 +310,7 @@ def _lengthen_short_runs(args: argparse.Namespace, slo: Any) -> None:
 
     least, why = min_requests(slo)
     try:
-        given = [validate.positive_int(part) for part in str(args.requests).split(",") if part.strip()]
+        given = [inputs.positive_int(part) for part in str(args.requests).split(",") if part.strip()]
     except argparse.ArgumentTypeError:
         return  # configs_from_args refuses it, naming the option
     if given and min(given) < least:

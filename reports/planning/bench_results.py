@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from specgauge import validate
+from specgauge import inputs
 from specgauge.errors import InputFileError
 
 
@@ -48,7 +48,7 @@ def check_spec_options(text: str, allowed: dict[str, type]) -> tuple[Path, dict[
 
 def check_json_object(path: Path) -> dict[str, Any]:
     """A benchmark result file: one JSON object."""
-    data = validate.read_json(path)  # a regular file of a sane size, valid JSON: else one line, exit 2
+    data = inputs.read_json(path)  # a regular file of a sane size, valid JSON: else one line, exit 2
     if not isinstance(data, dict):
         raise CalibrateError(f"{str(path)!r} does not hold a JSON object")
     return data
@@ -133,7 +133,7 @@ def check_distinct_files(paths: Iterable[Path | str]) -> None:
     seen: dict[str, str] = {}
     for path in paths:
         path = Path(path)
-        if validate.input_file_problem(path) is not None:
+        if inputs.input_file_problem(path) is not None:
             continue
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         if digest in seen:
@@ -193,5 +193,5 @@ def check_added_results(texts: Iterable[str], allowed: dict[str, type], allow_mi
     parsed = [(Path(t), {}) if t.lower().endswith(".csv") else check_spec_options(t, allowed) for t in texts]
     check_distinct_files(path for path, _ in parsed)
     for path, options in parsed:
-        if "target" in options and validate.input_file_problem(path) is None:
+        if "target" in options and inputs.input_file_problem(path) is None:
             check_model_id(check_json_object(path), repr(str(path)), str(options["target"]), allow_mismatch)

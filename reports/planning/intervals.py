@@ -404,10 +404,10 @@ def read_own_residuals(path: str) -> pd.DataFrame:
     one line (exit status 2)."""
     import io
 
-    from specgauge import validate
+    from specgauge import inputs
     from specgauge.errors import InputFileError as ValidationInputError
 
-    text = validate.read_input_text(path, "validation residuals")
+    text = inputs.read_input_text(path, "validation residuals")
     try:
         frame = pd.read_csv(io.StringIO(text))
     except (pd.errors.EmptyDataError, pd.errors.ParserError) as exc:

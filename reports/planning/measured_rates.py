@@ -146,11 +146,11 @@ def _fractions(values: list[float], origin: str) -> tuple[list[float], str]:
 
 def from_vllm_json(path: Path) -> AcceptanceSpec:
     """Acceptance from a ``vllm bench serve --save-result`` file (see the module docstring)."""
-    from specgauge import validate
+    from specgauge import inputs
 
     origin = f"vLLM result {str(path)!r}"
     try:  # a regular file of a sane size, valid JSON: else one line, exit 2
-        data = validate.read_json(path, "vLLM result")
+        data = inputs.read_json(path, "vLLM result")
     except UsageError as exc:
         raise AcceptanceError(str(exc)) from None
     if not isinstance(data, dict):

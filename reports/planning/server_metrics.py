@@ -162,14 +162,14 @@ def looks_like_metrics(path: Path) -> bool:
 
 def read_counters(paths: list[str]) -> tuple[SpecDecodeCounters, str]:
     """One scrape's counters, or the difference of two (before, after); and their origin in words."""
-    from specgauge import validate
+    from specgauge import inputs
 
     if len(paths) not in (1, 2):
         raise MetricsError(f"--acceptance takes one /metrics text or two (before,after), got {len(paths)}")
     scrapes = []
     for path in paths:
         try:
-            text = validate.read_input_text(path, "vLLM /metrics text")
+            text = inputs.read_input_text(path, "vLLM /metrics text")
         except UsageError as exc:
             raise MetricsError(str(exc)) from None
         scrapes.append(parse_counters(text, f"vLLM /metrics {path!r}"))

@@ -105,10 +105,10 @@ def shipped_sources() -> dict[str, str]:
 
 def read_table(path: str | Path) -> pd.DataFrame:
     """A user's CSV in the shipped table's schema (``REQUIRED`` columns at least)."""
-    from specgauge import validate
+    from specgauge import inputs
 
     path = Path(path)
-    text = validate.read_input_text(path, "validation rows")
+    text = inputs.read_input_text(path, "validation rows")
     import io
 
     try:

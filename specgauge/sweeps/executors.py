@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import pandas as pd
 
-from specgauge import validate
+from specgauge import inputs
 from specgauge.csvio import CsvTarget, rows_to_frame, write_csv_atomic
 from specgauge.errors import SpecgaugeError, UsageError
 
@@ -70,7 +70,7 @@ class SweepOptions:
 def add_sweep_options(parser: Any, progress: bool = True) -> None:
     """The options every sweeping command shares (``progress``: with --no-progress, unless the command has its own)."""
     group = parser.add_argument_group("sweep execution")
-    group.add_argument("--jobs", type=validate.positive_int, default=1, help="local worker processes (default 1)")
+    group.add_argument("--jobs", type=inputs.positive_int, default=1, help="local worker processes (default 1)")
     group.add_argument("--executor", choices=("auto",) + EXECUTORS, default="auto",
                        help="serial, process (local pool of --jobs) or dask (needs --scheduler); auto picks from --jobs")
     group.add_argument("--scheduler", type=scheduler_address, default=None,

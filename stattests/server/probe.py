@@ -146,10 +146,10 @@ def load_prompts(path: Path | str | None) -> list[str]:
     """Prompts from a JSONL file (``{"prompt": ...}`` or a bare JSON string per line), else the built-in set."""
     if path is None:
         return list(BUILTIN_PROMPTS)
-    from specgauge import validate
+    from specgauge import inputs
 
     prompts: list[str] = []
-    lines = validate.read_input_text(path, "prompts").splitlines()  # a regular file of a sane size, UTF-8: else one line
+    lines = inputs.read_input_text(path, "prompts").splitlines()  # a regular file of a sane size, UTF-8: else one line
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -180,10 +180,10 @@ def _parse(line: bytes) -> dict[str, Any] | None:
 def read_probe(path: Path | str, *, whole: bool = False) -> ProbeRun:
     """Read a probe JSONL; a torn last line (an interrupted write) is ignored, or with
     ``whole`` refused: a certificate is never drawn from a file still being written or cut."""
-    from specgauge import validate
+    from specgauge import inputs
 
     path = Path(path)
-    data = validate.read_input_bytes(path, "")  # a regular file of a sane size: else one line, exit 2
+    data = inputs.read_input_bytes(path, "")  # a regular file of a sane size: else one line, exit 2
     if whole and data and not data.endswith(b"\n"):
         raise InputFileError(f"{path} ends mid-line (a probe still writing, or a cut copy): rerun the probe with "
                              "the same options to finish it, or remove the torn last line")

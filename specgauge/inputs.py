@@ -1,4 +1,4 @@
-"""One validation layer: a kind per option value, one-line errors, and the schema helpers of file readers.
+"""The input checks: a kind per option value, one-line errors, and the schema helpers of file readers.
 
 Every command-line option and every field of an input file is checked here, before any
 work starts, so a bad value is one line naming what was given, what is allowed and where
