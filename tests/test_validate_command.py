@@ -74,6 +74,14 @@ def test_an_sglang_speculative_result_takes_alpha_from_its_accept_length(tmp_pat
     assert (row["alpha"], float(row["accepted_length"]), row["draft"], row["gamma"]) == ("length", 2.4, "eagle", "3")
 
 
+def test_a_speculative_run_and_its_baseline_are_labelled_apart(tmp_path):
+    base = V.rows_from_result(f"{_json(tmp_path, VLLM_RESULT)}:gpu=h200,target=qwen3-32b").iloc[0]
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(json.dumps({**VLLM_RESULT, "accept_length": 2.4}))
+    spec = V.rows_from_result(f"{spec_path}:gpu=h200,target=qwen3-32b,draft=eagle,gamma=3").iloc[0]
+    assert base["setup"] != spec["setup"] and "eagle γ=3" in spec["setup"] and "eagle" not in base["setup"]
+
+
 @pytest.mark.parametrize("suffix, words", [
     (":gpu=h100", "does not record its deployment"),
     (":gpu=h100,target=no-such-model", "unknown model"),

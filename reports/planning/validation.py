@@ -696,7 +696,9 @@ def rows_from_result(text: str) -> pd.DataFrame:
             raise ValidationInputError(f"{text!r}: a speculative run: say what drafted, e.g. {path}:draft=eagle,...")
         gamma = spec_gamma(data, where, options.get("gamma"))
         row.update(draft=draft, gamma=str(gamma), alpha="length", accepted_length=f"{float(data[length_key])!r}",
-                   alpha_source=f"from the run's accepted length {float(data[length_key]):.3g}")
+                   alpha_source=f"from the run's accepted length {float(data[length_key]):.3g}",
+                   setup=f"mean TPOT (ms), {options['target']} + {draft} γ={gamma} on {options['gpu']}, "
+                         f"concurrency {concurrency:g}")
     else:
         row.update(draft="none", gamma="0", alpha_source="no speculation")
     return check_deployments(check_table(pd.DataFrame([row]), where), where)
