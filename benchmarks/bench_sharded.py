@@ -20,9 +20,10 @@ from specgauge.stattests.chain.shards import CALL_SECONDS, ROW_SECONDS
 from specgauge.stattests.core.contract import load_decoder
 
 
-def _cpu_seconds(fixture_name: str, rows: int) -> tuple[float, int]:
+def _cpu_seconds(fixture_name: str, rows: int, step: int | None = None) -> tuple[float, int]:
+    """CPU seconds of ``rows`` reference rows in calls of ``step`` rows (default: as a run splits them)."""
     fixture = FIXTURES[fixture_name]
-    step = call_step(fixture, rows, 64 * 2**20)
+    step = step or call_step(fixture, rows, 64 * 2**20)
     rngs = tuple(np.random.default_rng(s) for s in np.random.SeedSequence(0).spawn(4))
     start = time.process_time()
     part = verify_rows(load_decoder("numpy"), fixture, rows, step, rngs, None)
@@ -32,7 +33,7 @@ def _cpu_seconds(fixture_name: str, rows: int) -> tuple[float, int]:
 
 def test_row_and_call_costs():
     """Per-row cost from many rows in few calls, per-call cost from one-row calls."""
-    many, calls_many = _cpu_seconds("seed-six-token", 200_000)
+    many, calls_many = _cpu_seconds("seed-six-token", 200_000, step=50_000)  # a run would split it finer
     single, calls_single = _cpu_seconds("batch1-g5", 4_000)
     row = (many - calls_many * CALL_SECONDS) / 200_000
     call = single / calls_single
