@@ -258,8 +258,7 @@ def test_old_flat_names_import_with_one_warning() -> None:
         "from specgauge.stattests import NumpyDecoder, Certificate\n"
         "print('ok')\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+    _prints_ok(code)
 
 
 def test_the_cores_former_identity_modules_import_with_one_warning() -> None:
@@ -276,5 +275,10 @@ def test_the_cores_former_identity_modules_import_with_one_warning() -> None:
         "assert len(moved) == 2 and 'moved to specgauge.stattests.identity.instance' in moved[0], moved\n"
         "print('ok')\n"
     )
+    _prints_ok(code)
+
+
+def _prints_ok(code: str) -> None:
+    """Runs ``code`` in a fresh interpreter (imports and warnings start clean) and expects 'ok'."""
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr

@@ -60,36 +60,49 @@ def apply_stops(tokens, index, table, decode_many, stops: Sequence[str], stop_id
     tokens = np.array(tokens, copy=True)
     index = np.array(index, copy=True)
     vocab = np.arange(table.shape[1])
-    rows: list = []
-    keys: dict[tuple, int] = {}
-    for i, k in zip(*np.nonzero(index >= 0)):
-        prefix = tuple(int(t) for t in tokens[i, :k])
-        key = (int(index[i, k]), prefix)
-        if key not in keys:
-            law = np.array(table[key[0]], dtype=np.float64, copy=True)
-            if any(t < 0 for t in prefix):
-                keys[key] = len(rows)
-                rows.append(law)
-                continue
-            head = list(lead(int(i))) if lead is not None else []
-            texts = decode_many([head + list(prefix)] + [head + list(prefix) + [int(t)] for t in vocab])
-            skip = len(decode_many([head])[0]) if head else 0
-            if head and not all(t.startswith(decode_many([head])[0]) for t in texts):
-                texts, skip = decode_many([list(prefix)] + [list(prefix) + [int(t)] for t in vocab]), 0
-            stopper, unclean = split_next(texts[0][skip:], [t[skip:] for t in texts[1:]], stops)
-            if unclean:
-                keys[key] = -2
-            else:
-                stopper = np.asarray(stopper) & (vocab != stop_id)
-                law[stop_id] += law[stopper].sum()
-                law[stopper] = 0.0
-                keys[key] = len(rows)
-                rows.append(law)
-        if keys[key] == -2:  # a stop could span draws here: the draw is not known, nor anything under it
-            tokens[i, k:] = np.where(tokens[i, k:] == -1, -1, -2)
-            index[i, k] = 0
-        else:
-            index[i, k] = keys[key]
+
+    def context_law(i: int, k: int) -> np.ndarray | None:
+        """The law at sample ``i``'s context ``k`` with its stoppers moved onto ``stop_id``; None
+        where a stop could span draws (one decode per vocabulary entry, once per context)."""
+        prefix = [int(t) for t in tokens[i, :k]]
+        law = np.array(table[index[i, k]], dtype=np.float64, copy=True)
+        if any(t < 0 for t in prefix):
+            return law
+        head = list(lead(i)) if lead is not None else []
+        texts = decode_many([head + prefix] + [head + prefix + [int(t)] for t in vocab])
+        head_text = decode_many([head])[0] if head else ""
+        skip = len(head_text)
+        if head and not all(t.startswith(head_text) for t in texts):
+            texts, skip = decode_many([prefix] + [prefix + [int(t)] for t in vocab]), 0
+        stopper, unclean = split_next(texts[0][skip:], [t[skip:] for t in texts[1:]], stops)
+        if unclean:
+            return None
+        stopper = np.asarray(stopper) & (vocab != stop_id)
+        law[stop_id] += law[stopper].sum()
+        law[stopper] = 0.0
+        return law
+
+    # A context is (its row of ``table``, the tokens before it); positions run in order, since an
+    # unclean context marks the tokens under it. Laws are numbered as the samples first reach them.
+    found = []  # (first sample, position, law or None, the samples at it)
+    for k in range(tokens.shape[1]):
+        at = np.flatnonzero(index[:, k] >= 0)
+        if not len(at):
+            continue
+        keys = np.column_stack([index[at, k], tokens[at, :k]])
+        _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+        inverse = inverse.ravel()
+        for c, f in enumerate(first):
+            samples = at[inverse == c]
+            law = context_law(int(at[f]), k)
+            if law is None:  # a stop could span draws here: the draw is not known, nor anything under it
+                tokens[samples, k:] = np.where(tokens[samples, k:] == -1, -1, -2)
+                index[samples, k] = 0
+            found.append((int(at[f]), k, law, samples))
+    rows = []
+    for _, k, law, samples in sorted((f for f in found if f[2] is not None), key=lambda f: (f[0], f[1])):
+        index[samples, k] = len(rows)
+        rows.append(law)
     table = np.stack(rows).astype(np.float32) if rows else np.zeros((1, table.shape[1]), np.float32)
     return tokens, index, table
 
