@@ -35,7 +35,7 @@ def test_the_protocol_takes_every_curve_with_two_baselines_and_three_speculative
     curves = F.runs_curves(table)
     names = [c.iloc[0]["fit_group"] for c in curves]
     assert names == ["amd-mtp-random", "amd-mtp-sharegpt", "amd-minimax", "amd-kimi",
-                     "amd-dd-405b", "amd-dd-70b", "llmd-qwen32b", "gist-qwen8b-eagle3"]
+                     "amd-dd-405b", "amd-dd-70b", "llmd-qwen32b", "gist-qwen8b-eagle3", "vllm-mtp-r1"]
     for curve in curves:
         loads = [F._load_of(row) for _, row in curve.iterrows()]   # concurrency, or a rate sweep's requests/s
         assert loads == sorted(loads) and len(set(loads)) >= F.RUNS_MIN_SPEC
