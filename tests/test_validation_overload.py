@@ -57,3 +57,35 @@ def test_the_planner_is_asked_whether_the_rate_is_past_capacity(sweep):
     assert checks["beyond"].all()      # a known outcome on this sweep, not a tuned one: a miss must show
     assert brackets[["stable_qps", "overloaded_qps"]].drop_duplicates().values.tolist() == [[4.0, 8.0]]
     assert (brackets["capacity_rps"] > 0).all()
+
+
+@pytest.fixture(scope="module")
+def mtp_sweep() -> pd.DataFrame:
+    """[25]'s rate ladder, whose engine runs at most 128 requests at once: 1-4 requests/s steady,
+    6 and 8 past the cap by its own figures."""
+    table = V.shipped_table()
+    return table[table["fit_group"] == "vllm-mtp-r1"].reset_index(drop=True)
+
+
+def test_little_s_law_on_a_row_s_own_figures_counts_its_requests_in_flight(mtp_sweep):
+    by_id = {row["id"]: V.little_in_flight(row.to_dict()) for _, row in mtp_sweep.iterrows()}
+    assert by_id["vllm-mtp-r1-q6"] == pytest.approx(6 * 201 * 0.12293)   # the slower arm: without speculation
+    assert by_id["vllm-mtp-r1-q4"] == pytest.approx(4 * 201 * 0.06429)
+    assert V.little_in_flight({"arrival": "closed", "baseline": "10", "baseline_unit": "tpot_ms", "qps": "",
+                               "output_len": "100", "measured": "speedup", "published": "1.5"}) == 0.0
+    e2e = {"arrival": "poisson", "baseline": "2000", "baseline_unit": "e2e_ms", "qps": "3", "output_len": "100",
+           "measured": "speedup", "published": "0.5"}   # a slow-down: the speculative arm holds more
+    assert V.little_in_flight(e2e) == pytest.approx(3 * 2.0 / 0.5)
+
+
+def test_a_rate_past_the_engine_s_cap_by_its_own_figures_must_be_marked_overloaded(mtp_sweep):
+    def check(frame: pd.DataFrame) -> None:
+        text = io.StringIO()
+        frame.to_csv(text, index=False)
+        V.check_table(pd.read_csv(io.StringIO(text.getvalue()), dtype=str, keep_default_na=False), "rows")
+
+    assert set(V.overloaded_rows(mtp_sweep)["id"]) == {"vllm-mtp-r1-q6", "vllm-mtp-r1-q8"}
+    check(mtp_sweep)
+    with pytest.raises(V.ValidationInputError, match=r"row 4: by Little's law .* 148 requests in flight .* 128"):
+        check(mtp_sweep.assign(regime=""))
+    check(mtp_sweep.assign(regime="", batch_size="1024"))    # the same figures under a larger cap: steady

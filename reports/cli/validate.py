@@ -169,9 +169,9 @@ def overload_lines(checks: pd.DataFrame, brackets: pd.DataFrame) -> list[str]:
     capacity (stable at one rate, overloaded at the next) against the planner's search."""
     if not len(checks):
         return []
-    beyond = int(checks["beyond"].sum())
+    beyond, n_sources = int(checks["beyond"].sum()), checks["source"].nunique()
     lines = [f"overloaded points (out of every steady-state pool): the planner called {beyond} of {len(checks)} beyond "
-             f"one replica's capacity ({checks['source'].nunique()} source, each arm a point)"]
+             f"one replica's capacity ({n_sources} source{'s' if n_sources != 1 else ''}, each arm a point)"]
     for _, miss in checks[~checks["beyond"]].iterrows():
         lines.append(f"  MISSED: {miss['id']} {miss['arm']}: {miss['qps']:g} requests/s published overloaded, the "
                      f"planner's capacity {miss['capacity_rps']:.3g} requests/s")

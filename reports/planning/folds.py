@@ -15,7 +15,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from specgauge.reports.planning.validation import (FIT_SOURCE, _draft_kind, _e2e, _speedup_of, alpha_for_length,
+from specgauge.reports.planning.validation import (FIT_SOURCE, TIME_UNITS, _draft_kind, _e2e, _speedup_of, alpha_for_length,
                                                     calibrate_alpha, evaluate, fitted_profile, overloaded_rows,
                                                     resolve_moe, row_config, simulated_value, speedup, steady_rows)
 
@@ -170,8 +170,6 @@ def loso(table: pd.DataFrame, workdir: str | None = None, user: pd.DataFrame | N
 #: The user-runs protocol's thresholds: a curve qualifies with its own no-speculation points at
 #: this many loads or more and speculative points at this many or more.
 RUNS_MIN_BASELINE, RUNS_MIN_SPEC = 2, 3
-#: How a source's unit reads a run: a time (lower is faster) or a rate.
-TIME_UNITS = ("e2e_ms", "tpot_ms")
 
 
 def _load_of(row) -> float:

@@ -59,9 +59,11 @@ ROLES = ("check", "calibrated", "predicted")
 #: A row's ``regime``, from its source alone: empty, a steady state (what a simulator's mean
 #: figures describe); ``overloaded``, a run past the server's capacity: its source states that
 #: the queue grew, or it served under 98 % of the offered rate (the planner's own ``stable``,
-#: ``STABLE_SERVED_FRACTION``). Its TPOT grows with the run's length, so no steady-state
-#: prediction is comparable with it: it stays out of every residual pool and is checked as a
-#: capacity question instead (``folds.overload_check``).
+#: ``STABLE_SERVED_FRACTION``), or its own figures put more requests in flight than its engine
+#: runs at once (``little_in_flight``; ``check_table`` refuses such a row left steady). Its TPOT
+#: grows with the run's length, so no steady-state prediction is comparable with it: it stays
+#: out of every residual pool and is checked as a capacity question instead
+#: (``folds.overload_check``).
 REGIMES = ("", "overloaded")
 INTEGER_FIELDS = ("tp", "dp", "ep", "draft_tp", "gamma", "prompt_len", "output_len", "batch_size", "spec_batch_size",
                   "requests", "draft_kv_budget")
@@ -71,6 +73,8 @@ FLOAT_FIELDS = ("qps", "empty_proposals")
 #: ``sglang.bench_serving --max-concurrency``), simulated in its steady state; ``poisson``, at
 #: the row's ``qps``.
 ARRIVAL_VALUES = ("", "closed", "poisson")
+#: How a source's ``baseline_unit`` reads a run: a time (lower is faster) or a rate.
+TIME_UNITS = ("e2e_ms", "tpot_ms")
 #: The sources whose numbers set shipped constants (``fold_profile`` refits them without the source):
 #: SpecDecode-Bench's per-round EAGLE-3 fit and the K sweep of vLLM issue #20780.
 FIT_SOURCE, K_SWEEP_SOURCE = "[1]", "[14]"
@@ -163,6 +167,12 @@ def check_table(frame: pd.DataFrame, where: str) -> pd.DataFrame:
         if row.regime == "overloaded" and row.arrival != "poisson":
             raise ValidationInputError(f"{line}: an overloaded row is a request rate past capacity: it needs arrival "
                                        f"poisson and its qps")
+        in_flight = little_in_flight(row._asdict())
+        if row.regime != "overloaded" and in_flight > float(row.batch_size or "inf"):
+            raise ValidationInputError(
+                f"{line}: by Little's law its own figures hold {in_flight:.0f} requests in flight ({row.qps} requests/s "
+                f"x {row.output_len} output tokens x its time a token), more than the {row.batch_size} its engine runs at "
+                f"once: a queue grows; mark it regime overloaded")
         alpha = row.alpha
         if alpha not in ("", "calibrate", "length") and not alpha.startswith("row:"):
             a = _float(alpha, f"{line}: alpha")
@@ -347,6 +357,21 @@ def _per_token_s(row, config) -> float:
     if unit == "tpot_ms":
         return base / 1e3
     raise ValidationInputError(f"row {row['id']}: baseline_unit {unit!r} is not e2e_ms, tok_s_gpu or tpot_ms")
+
+
+def little_in_flight(row) -> float:
+    """Requests in flight a rate-sweep row's own figures imply, by Little's law, in its slower arm:
+    the rate times the published seconds its output takes (TTFT left out, so never more than the
+    truth); 0 where the row is no rate sweep with a published time a token. Past the engine's cap
+    (``batch_size``) the queue must grow: the row is ``overloaded`` whatever its source says."""
+    unit = row.get("baseline_unit", "")
+    if row.get("arrival") != "poisson" or row.get("baseline", "") == "" or row.get("output_len", "") == "" \
+            or unit not in TIME_UNITS:
+        return 0.0
+    seconds = float(row["baseline"]) / 1e3 / (float(row["output_len"]) if unit == "e2e_ms" else 1.0)
+    if row.get("measured") in ("speedup", "decode_speedup"):
+        seconds = max(seconds, seconds / float(row["published"]))
+    return float(row["qps"]) * seconds * float(row["output_len"])
 
 
 def _concurrency(row, config) -> float:
