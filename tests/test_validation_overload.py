@@ -89,3 +89,11 @@ def test_a_rate_past_the_engine_s_cap_by_its_own_figures_must_be_marked_overload
     with pytest.raises(V.ValidationInputError, match=r"row 4: by Little's law .* 148 requests in flight .* 128"):
         check(mtp_sweep.assign(regime=""))
     check(mtp_sweep.assign(regime="", batch_size="1024"))    # the same figures under a larger cap: steady
+
+
+def test_a_rate_sweep_row_s_load_band_is_the_batch_it_held_not_the_engine_s_cap(mtp_sweep):
+    row = mtp_sweep.iloc[0].to_dict()                      # 1 request/s, cap 128
+    config = V.row_config(row)
+    assert V._load_held(row, config) == pytest.approx(1 + 1 * 0.05547 * 201)   # 12 in flight: band 2-16
+    closed = {**row, "arrival": "closed", "qps": ""}
+    assert V._load_held(closed, V.row_config(closed)) == 128.0

@@ -486,9 +486,18 @@ def evaluate(table: pd.DataFrame, profiles: str | None = None, fit_curves: bool 
         results[i] = {**row.to_dict(), "simulated": value, "ratio": value / published, "alpha_used": alpha,
                       "calibration": calibration, "role": role, "kind": "moe" if setup.target.is_moe else "dense",
                       "profile": "prior" if setup.target_cost.source.startswith(SHIPPED_STEPS) else "calibrated",
-                      "load": float(config.batch_size), "draft_kind": _draft_kind(config)}
+                      "load": _load_held(row, config), "draft_kind": _draft_kind(config)}
     out = [results[i] for i in range(len(table))]
     return pd.DataFrame(out)
+
+
+def _load_held(row, config) -> float:
+    """The batch a row's run held, for its pool's load band: the batch size, or under a request
+    rate with a published time a token, the requests in flight by Little's law (``_concurrency``),
+    not the engine's cap."""
+    if config.qps is not None and row.get("baseline", "") != "" and row.get("baseline_unit", "") in TIME_UNITS:
+        return _concurrency(row, config)
+    return float(config.batch_size)
 
 
 def _draft_kind(config) -> str:
