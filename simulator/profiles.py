@@ -112,7 +112,7 @@ class GPU:
     non_torch_gib: float = 1.0          # CUDA context, NCCL and cuBLAS workspaces, CUDA graphs
     knee: float = KNEE                  # sharpness of the pass's memory-to-compute knee (cost.blend)
     moe_knee: float = 1.0               # ... of a MoE target's pass: its per-token GEMM time adds to the expert reads
-    moe_token_factor: float = 4.8       # a MoE pass's per-token cost over the dense prior's (small grouped GEMMs)
+    moe_token_factor: float = 6.2       # a MoE pass's per-token cost over the dense prior's (small grouped GEMMs)
     moe_layer_overhead_us: float = MOE_LAYER_OVERHEAD_US  # fixed kernels a MoE layer adds to a pass (router, top-k, grouped GEMMs)
     mla_layer_overhead_us: float = MLA_LAYER_OVERHEAD_US  # fixed kernels an MLA layer adds to a pass (see the constant)
     source: str = "datasheet prior"

@@ -7,8 +7,8 @@ batch already reads, so their reads vanish as the batch grows while the baseline
 grow). The one published speculative pair of Qwen3-30B-A3B (SGLang, SpecForge issue #339) rises
 with the batch too, and what it costs beyond the prior is per expert touched and per round, not
 per sequence (docs/planner.md, MoE section). The MLA targets hold since their passes carry MLA's fixed kernels (``mla_layer_overhead_us``);
-MiniMax-M2.5 holds since the MoE token factor is fitted on whole curves under load (4.8, was 2.55
-from the baselines alone). The one left is a strict xfail:
+MiniMax-M2.5 holds since the MoE token factor is fitted on whole curves under load (6.2; 4.8 before
+the eighth source, 2.55 from the baselines alone). The one left is a strict xfail:
 the day a shipped term makes it fall, the test says so and the mark must go. The
 known-bad case, the dense roofline prior (no MoE token factor, no fixed MoE or MLA kernels, knee
 1.5, independent routing),
