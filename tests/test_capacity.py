@@ -201,6 +201,13 @@ def test_plan_rate_answers_per_alpha_states_the_seeds_and_lengthens_short_runs(t
         assert f"acceptance {alpha}: 30 req/s with speculation:" in out
         assert f"acceptance {alpha}: 30 req/s without speculation:" in out
     assert "seeds 0,1: " in out and "30 req/s × 1.2 headroom = 36" in out and "whole 8-GPU nodes" in out
+    checks = pd.read_csv(tmp_path / "size_measure_next.csv", comment="#")   # the run that settles each answer
+    assert len(checks) == 4 and set(checks["scope"]) == {"acceptance iid(0.6)", "acceptance iid(0.8)"}
+    assert (checks["request_rate"] * checks["replicas"]).round(6).eq(36.0).all()   # each replica's share of 36
+    assert (checks["after_lo"] == checks["interval_lo"]).all() and (checks["after_hi"] <= checks["interval_hi"]).all()
+    assert all("--request-rate" in c and ("$SERVER" in c) == (s == "none")
+               for c, s in zip(checks["command"], checks["speculation"]))
+    assert "Measure next: one replica of " in out and "size_measure_next.csv" in out
     from specgauge.reports import cli
 
     assert cli.main(["plan", "--rate", "40", "--qps", "8,10", "--csv", str(tmp_path / "x.csv")]) == 2
@@ -213,3 +220,24 @@ def test_plan_rate_answers_per_alpha_states_the_seeds_and_lengthens_short_runs(t
         assert cli.main(["plan", "--rate", "40", *bad, "--csv", str(tmp_path / "x.csv")]) == 2
         assert bad[0] in capsys.readouterr().err
     assert not (tmp_path / "x.csv").exists()
+
+
+def test_the_capacity_check_is_the_answer_tried_at_each_replica_s_share():
+    from specgauge.reports.planning.capacity import Sizing
+    from specgauge.reports.planning.capacity_check import check_line, rate_checks
+
+    table = pd.DataFrame({
+        "speculation": ["eagle γ=3", "eagle γ=3", "none"], "layout": ["tp 4", "tp 8", "tp 4"],
+        "batch_size": [256, 256, 256], "replicas": [6.0, 3.0, float("nan")], "node_gpus": [24.0, 24.0, float("nan")],
+        "node_gpus_lo": [8.0, 8.0, float("nan")], "node_gpus_hi": [80.0, 96.0, float("nan")]})
+    sizing = Sizing(40.0, headroom=0.25, spare=1)
+    checks = rate_checks(table, sizing, (1000, 300))
+    assert len(checks) == 1                           # the first feasible row a side; no side without one
+    row = checks.iloc[0]
+    assert row["request_rate"] == pytest.approx(50.0 / 5)     # 40 × 1.25 over the 5 replicas that serve (one spare)
+    assert (row["interval_lo"], row["interval_hi"], row["after_lo"], row["after_hi"]) == (8.0, 80.0, 8.0, 24.0)
+    assert "--random-input-len 1000 --random-output-len 300 --request-rate 10 " in row["command"]
+    line = check_line(checks, "tpot:60", "plan_measure_next.csv")
+    assert line.startswith("Measure next: one replica of tp 4 (eagle γ=3, batch cap 256) at 10 req/s")
+    assert "does not grow and meets tpot:60, 24 GPUs are enough (8–80 now, 8–24 after)" in line
+    assert check_line(rate_checks(table.iloc[2:], sizing, (1000, 300)), "", "x.csv") is None

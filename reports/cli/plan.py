@@ -376,6 +376,13 @@ def size_for_rate(args: argparse.Namespace, argv: list[str], configs: list[Any],
     say()
     for line in sizing_lines(table, sizing, world) + rate_notes(table, sizing):
         say(line)
+    from specgauge.reports.planning.capacity_check import check_line, rate_checks   # the run that settles it
+
+    checks = rate_checks(table, sizing, (configs[0].prompt_len, configs[0].output_len), world)
+    checks_path = target.sibling("measure_next")
+    write_csv_atomic(checks, checks_path, {**metadata, "source_csv": sizing_path.name})
+    say(check_line(checks, str(slo) if slo else "", checks_path.name) or
+        f"wrote {checks_path}: no configuration meets {slo or 'a stable queue'} at any rate, so no answer to check")
     return 0
 
 
