@@ -60,7 +60,7 @@ MOE_LAYER_OVERHEAD_US = 1.5
 #: MI300X (9 ms in TensorRT-LLM's fused min-latency build), where the weights it reads take about
 #: 1 ms: the published rows cannot tell MLA's kernels from the FP8 block-quantisation and MoE
 #: kernels of the same layer, so the constant carries them all, on MLA targets only.
-MLA_LAYER_OVERHEAD_US = 269.5
+MLA_LAYER_OVERHEAD_US = 267.8
 
 #: An EAGLE or MTP head's pass at batch 1, in layers of the target's own batch-1 pass (the
 #: target's bare pass ÷ its layer count; ``drafts._priced_as_layers``). Published batch-1 runs
