@@ -236,7 +236,8 @@ def test_the_capacity_check_is_the_answer_tried_at_each_replica_s_share():
     row = checks.iloc[0]
     assert row["request_rate"] == pytest.approx(50.0 / 5)     # 40 × 1.25 over the 5 replicas that serve (one spare)
     assert (row["interval_lo"], row["interval_hi"], row["after_lo"], row["after_hi"]) == (8.0, 80.0, 8.0, 24.0)
-    assert "--random-input-len 1000 --random-output-len 300 --request-rate 10 " in row["command"]
+    assert "--random-input-len 1000 --random-output-len 300 " in row["command"]
+    assert "--request-rate 10 " in row["command"] and "$SPEC_SERVER" in row["command"]
     line = check_line(checks, "tpot:60", "plan_measure_next.csv")
     assert line.startswith("Measure next: one replica of tp 4 (eagle γ=3, batch cap 256) at 10 req/s")
     assert "does not grow and meets tpot:60, 24 GPUs are enough (8–80 now, 8–24 after)" in line

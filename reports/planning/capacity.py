@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -408,31 +408,39 @@ def _answer(row: pd.Series, sizing: Sizing, label: str, prefix: str) -> list[str
     return lines
 
 
+def answers(table: pd.DataFrame, world: Sequence[str] = ()) -> Iterator[tuple[str, str, pd.DataFrame, pd.Series | None]]:
+    """The sizing table's answers: per value of the world's swept options (its label, ``acceptance
+    iid(0.6)``, or empty) and per side (``with speculation``, ``without speculation``, where the side
+    was swept), the side's rows and its cheapest configuration that meets the SLO (None: none does)."""
+    groups = table.groupby(list(world), sort=False, dropna=False) if world else [((), table)]
+    for values, rows in groups:
+        values = values if isinstance(values, tuple) else (values,)
+        scope = _world_label(dict(zip(world, values)))
+        for label, side in (("with speculation", rows[rows["speculation"] != "none"]),
+                            ("without speculation", rows[rows["speculation"] == "none"])):
+            if len(side):
+                feasible = side[side["node_gpus"].notna()]
+                yield scope, label, side, feasible.iloc[0] if len(feasible) else None
+
+
 def sizing_lines(table: pd.DataFrame, sizing: Sizing | float, world: tuple[str, ...] = ()) -> list[str]:
     """The answer in words, per value of the world's swept options: the cheapest configuration with and
     without speculation in whole nodes, how each count was rounded, and the two compared on the rounded
     counts."""
     sizing = sizing if isinstance(sizing, Sizing) else Sizing(float(sizing))
     lines: list[str] = []
-    groups = table.groupby(list(world), sort=False, dropna=False) if world else [((), table)]
-    for values, rows in groups:
-        values = values if isinstance(values, tuple) else (values,)
-        prefix = _world_label(dict(zip(world, values)))
-        prefix = f"{prefix}: " if prefix else ""
-        best = {}
-        for label, side in (("with speculation", rows[rows["speculation"] != "none"]),
-                            ("without speculation", rows[rows["speculation"] == "none"])):
-            if not len(side):
-                continue
-            feasible = side[side["node_gpus"].notna()]
-            if not len(feasible):
-                lines.append(f"{prefix}{sizing.rate:g} req/s {label}: no configuration meets the SLO with a stable "
-                             f"queue ({side.iloc[0]['limit']}).")
-                continue
-            best[label] = feasible.iloc[0]
-            lines += _answer(best[label], sizing, label, prefix)
-        if len(best) == 2:
-            lines.append(prefix + compare_rounded(best["with speculation"], best["without speculation"]))
+    best: dict[str, dict[str, pd.Series]] = {}
+    for scope, label, side, row in answers(table, world):
+        prefix = f"{scope}: " if scope else ""
+        if row is None:
+            lines.append(f"{prefix}{sizing.rate:g} req/s {label}: no configuration meets the SLO with a stable "
+                         f"queue ({side.iloc[0]['limit']}).")
+            continue
+        lines += _answer(row, sizing, label, prefix)
+        sides = best.setdefault(scope, {})
+        sides[label] = row
+        if len(sides) == 2:
+            lines.append(prefix + compare_rounded(sides["with speculation"], sides["without speculation"]))
     return lines
 
 

@@ -15,13 +15,12 @@ try. The lower end stays: keeping up at the share says nothing of what more a re
 
 from __future__ import annotations
 
-import shlex
 from typing import Sequence
 
 import pandas as pd
 
-from .capacity import Sizing
-from .measure_next import MEASURE_NEXT_COLUMNS
+from .capacity import Sizing, answers
+from .measure_next import MEASURE_NEXT_COLUMNS, bench_command
 
 #: requests the check sends: long enough for a queue that grows to show, as ``plan --rate``'s own runs
 CHECK_PROMPTS = 1000
@@ -35,12 +34,8 @@ def check_command(row: pd.Series, rate: float, lengths: tuple[int, int]) -> str:
     with the row's draft and γ, ``$SERVER`` without speculation; the row's lengths where the sweep
     varies them, else the plan's (``lengths``: prompt, output)."""
     server = "$SERVER" if row["speculation"] == "none" else "$SPEC_SERVER"
-    words = ["vllm", "bench", "serve", "--base-url", server, "--model", "$MODEL", "--dataset-name", "random",
-             "--random-input-len", str(int(row.get("prompt_len", lengths[0]))),
-             "--random-output-len", str(int(row.get("output_len", lengths[1]))),
-             "--request-rate", f"{rate:.4g}", "--num-prompts", str(CHECK_PROMPTS),
-             "--save-result", "--result-filename", "rate-check.json"]
-    return shlex.join(words).replace(f"'{server}'", server).replace("'$MODEL'", "$MODEL")
+    own = (row.get("prompt_len", lengths[0]), row.get("output_len", lengths[1]))
+    return bench_command(own, ["--request-rate", f"{rate:.4g}"], "rate-check.json", server, CHECK_PROMPTS)
 
 
 def rate_checks(table: pd.DataFrame, sizing: Sizing, lengths: tuple[int, int],
@@ -49,27 +44,20 @@ def rate_checks(table: pd.DataFrame, sizing: Sizing, lengths: tuple[int, int],
     the sizing table's cheapest configuration that meets the SLO, the run that checks it, its GPUs'
     interval now (``interval_lo``/``_hi``) and once the replica keeps up at its share (``after_``)."""
     rows = []
-    groups = table.groupby(list(world), sort=False, dropna=False) if world else [((), table)]
-    for values, group in groups:
-        values = values if isinstance(values, tuple) else (values,)
-        scope = ", ".join(f"{k} {v}" for k, v in zip(world, values))
-        for label, side in (("with speculation", group[group["speculation"] != "none"]),
-                            ("without speculation", group[group["speculation"] == "none"])):
-            feasible = side[side["node_gpus"].notna()]
-            if not len(feasible):
-                continue
-            row = feasible.iloc[0]
-            share = sizing.sized_rate / (float(row["replicas"]) - sizing.spare)
-            rows.append({
-                "decision": f"GPUs for {sizing.rate:g} req/s {label}" + (f" ({scope})" if scope else ""),
-                "measurement": f"one replica of {row['layout']} ({row['speculation']}, batch cap {int(row['batch_size'])}) "
-                               f"at {share:.4g} req/s, its share of the rate",
-                "command": check_command(row, share, lengths),
-                "interval_lo": row["node_gpus_lo"], "interval_hi": row["node_gpus_hi"],
-                "after_lo": row["node_gpus_lo"], "after_hi": min(row["node_gpus"], row["node_gpus_hi"]),
-                "scope": scope, "speculation": row["speculation"], "layout": row["layout"],
-                "batch_size": int(row["batch_size"]), "request_rate": share, "replicas": row["replicas"],
-                "node_gpus": row["node_gpus"]})
+    for scope, label, _, row in answers(table, world):
+        if row is None:
+            continue
+        share = sizing.sized_rate / (float(row["replicas"]) - sizing.spare)
+        rows.append({
+            "decision": f"GPUs for {sizing.rate:g} req/s {label}" + (f" ({scope})" if scope else ""),
+            "measurement": f"one replica of {row['layout']} ({row['speculation']}, batch cap {int(row['batch_size'])}) "
+                           f"at {share:.4g} req/s, its share of the rate",
+            "command": check_command(row, share, lengths),
+            "interval_lo": row["node_gpus_lo"], "interval_hi": row["node_gpus_hi"],
+            "after_lo": row["node_gpus_lo"], "after_hi": min(row["node_gpus"], row["node_gpus_hi"]),
+            "scope": scope, "speculation": row["speculation"], "layout": row["layout"],
+            "batch_size": int(row["batch_size"]), "request_rate": share, "replicas": row["replicas"],
+            "node_gpus": row["node_gpus"]})
     return pd.DataFrame(rows, columns=CHECK_COLUMNS)
 
 

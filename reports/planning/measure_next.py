@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import math
 import shlex
-from pathlib import Path
 from dataclasses import dataclass, replace
 from typing import Sequence
 
@@ -139,15 +138,22 @@ def _plan_again(argv: Sequence[str], acceptance: str | None = None, profiles: st
     return shlex.join(["specgauge", "plan", *args])
 
 
-def _bench(row: pd.Series, concurrency: int, result: str, server: str = "$SERVER") -> str:
-    """A ``vllm bench serve`` run of the plan's lengths; ``$SERVER`` serves without speculation,
+def bench_command(lengths: tuple[int, int], load: Sequence[str], result: str, server: str = "$SERVER",
+                  prompts: int = NUM_PROMPTS) -> str:
+    """A ``vllm bench serve`` run of ``lengths`` (prompt, output) at ``load`` (its flags:
+    ``--max-concurrency N`` or ``--request-rate R``); ``$SERVER`` serves without speculation,
     ``$SPEC_SERVER`` with it (the plan's draft and γ)."""
     return shlex.join(["vllm", "bench", "serve", "--base-url", server, "--model", "$MODEL", "--dataset-name", "random",
-                       "--random-input-len", str(int(row.get("prompt_len") or 512)),
-                       "--random-output-len", str(int(row.get("output_len") or 256)),
-                       "--num-prompts", str(NUM_PROMPTS), "--max-concurrency", str(concurrency),
+                       "--random-input-len", str(int(lengths[0])), "--random-output-len", str(int(lengths[1])),
+                       "--num-prompts", str(prompts), *load,
                        "--save-result", "--result-filename", result]).replace(f"'{server}'", server) \
         .replace("'$MODEL'", "$MODEL")
+
+
+def _bench(row: pd.Series, concurrency: int, result: str, server: str = "$SERVER") -> str:
+    """A closed-loop run at ``concurrency`` of the row's lengths (512 and 256 where it has none)."""
+    lengths = (int(row.get("prompt_len") or 512), int(row.get("output_len") or 256))
+    return bench_command(lengths, ["--max-concurrency", str(concurrency)], result, server)
 
 
 def measurements(frame: pd.DataFrame, argv: Sequence[str], now: Knowledge) -> list[Measurement]:
